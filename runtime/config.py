@@ -1,0 +1,257 @@
+"""Frozen, validated configuration of the runtime.
+
+One dataclass per concern (model, cache, scheduler, kernels), composed by `EngineConfig`. Every
+field is validated in `__post_init__` with a message that names its dotted key, so a bad YAML value
+or a bad `LLM(...)` keyword is caught where it is written. Field names follow vLLM where vLLM has
+the knob. Nothing mutates a config after it is built: resolved copies are made with `replace`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8_e4m3")
+MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is wrong; the message names the dotted key."""
+
+
+def _check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {message}")
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+@dataclass(frozen=True)
+class BlockTier:
+    """Requests whose prompt + max_tokens is at most `max_len` use blocks of `block_size` tokens."""
+
+    max_len: int
+    block_size: int
+    share: float  # fraction of the KV memory this tier owns
+
+    def validate(self, key: str) -> None:
+        _check(isinstance(self.max_len, int) and self.max_len > 0, f"{key}.max_len", "must be a positive int")
+        _check(_is_pow2(self.block_size) and self.block_size <= 256, f"{key}.block_size",
+               f"must be a power of two in [1, 256], got {self.block_size}")
+        _check(0.0 < self.share <= 1.0, f"{key}.share", f"must be in (0, 1], got {self.share}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "tiny"  # a preset name (runtime.model.presets) or a local Hugging Face folder
+    dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
+    seed: int = 0  # seed of a preset's random weights
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name), "model.name", "must not be empty")
+        _check(self.dtype in MODEL_DTYPES, "model.dtype", f"must be one of {MODEL_DTYPES}, got {self.dtype!r}")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    block_size: int = 16  # tokens per KV block (the single-tier case)
+    block_tiers: tuple[BlockTier, ...] = ()  # empty: one tier of `block_size` covering max_model_len
+    gpu_memory_utilization: float = 0.9  # share of device memory the engine may use
+    device_memory_gb: float | None = None  # device memory to plan with; None asks CUDA (required on CPU)
+    swap_space: float = 0.0  # GiB of CPU memory for swapped-out KV blocks (preemption_mode=swap)
+    kv_cache_dtype: str = "auto"  # auto: the model dtype
+    enable_prefix_caching: bool = True
+    watermark: float = 0.01  # share of blocks kept free when admitting new requests
+    num_gpu_blocks_override: int | None = None  # fix the pool size in blocks (tests, debugging)
+
+    def __post_init__(self) -> None:
+        _check(_is_pow2(self.block_size) and self.block_size <= 256, "cache.block_size",
+               f"must be a power of two in [1, 256], got {self.block_size}")
+        _check(0.0 < self.gpu_memory_utilization <= 1.0, "cache.gpu_memory_utilization",
+               f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        _check(self.device_memory_gb is None or self.device_memory_gb > 0, "cache.device_memory_gb",
+               f"must be positive, got {self.device_memory_gb}")
+        _check(self.swap_space >= 0, "cache.swap_space", f"must be >= 0 GiB, got {self.swap_space}")
+        _check(self.kv_cache_dtype in KV_CACHE_DTYPES, "cache.kv_cache_dtype",
+               f"must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}")
+        _check(0.0 <= self.watermark < 0.5, "cache.watermark", f"must be in [0, 0.5), got {self.watermark}")
+        _check(self.num_gpu_blocks_override is None or self.num_gpu_blocks_override > 0,
+               "cache.num_gpu_blocks_override", "must be a positive number of blocks")
+        self._validate_tiers()
+
+    def _validate_tiers(self) -> None:
+        for i, tier in enumerate(self.block_tiers):
+            tier.validate(f"cache.block_tiers[{i}]")
+        lens = [t.max_len for t in self.block_tiers]
+        _check(lens == sorted(set(lens)), "cache.block_tiers", f"max_len must strictly increase, got {lens}")
+        total = sum(t.share for t in self.block_tiers)
+        _check(not self.block_tiers or abs(total - 1.0) < 1e-6, "cache.block_tiers",
+               f"shares must sum to 1, got {total:.4g}")
+
+    def tiers(self, max_model_len: int) -> tuple[BlockTier, ...]:
+        """The effective tiers: the configured ones, or one tier of `block_size`; the last covers max_model_len."""
+        if not self.block_tiers:
+            return (BlockTier(max_len=max_model_len, block_size=self.block_size, share=1.0),)
+        last = self.block_tiers[-1]
+        return (*self.block_tiers[:-1], replace(last, max_len=max(last.max_len, max_model_len)))
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 256  # running requests at most
+    max_num_batched_tokens: int | None = None  # token budget per step; None: 2048 chunked, else max_model_len
+    enable_chunked_prefill: bool = True
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    preemption_mode: str = "recompute"  # recompute | swap
+    policy: str = "fcfs"  # fcfs | priority (lower priority value runs first)
+
+    def __post_init__(self) -> None:
+        _check(self.max_num_seqs >= 1, "scheduler.max_num_seqs", f"must be >= 1, got {self.max_num_seqs}")
+        _check(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
+               "scheduler.max_num_batched_tokens", f"must be >= 1, got {self.max_num_batched_tokens}")
+        _check(self.max_model_len is None or self.max_model_len >= 1, "scheduler.max_model_len",
+               f"must be >= 1, got {self.max_model_len}")
+        _check(self.preemption_mode in ("recompute", "swap"), "scheduler.preemption_mode",
+               f"must be 'recompute' or 'swap', got {self.preemption_mode!r}")
+        _check(self.policy in ("fcfs", "priority"), "scheduler.policy",
+               f"must be 'fcfs' or 'priority', got {self.policy!r}")
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    attention_backend: str = "auto"  # auto: triton on CUDA, torch elsewhere | torch | triton
+    flash_min_len: int = 64  # prefill chunks shorter than this use torch SDPA instead of flash
+    split_kv_min_len: int = 2048  # decode contexts longer than this use split-KV
+    qk_clip: float | None = None  # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax
+    pad_multiple: int = 1  # pad token count and decode batch size up to a multiple of this
+    cuda_graphs: bool = False  # capture decode steps (CUDA only)
+
+    def __post_init__(self) -> None:
+        _check(self.attention_backend in ("auto", "torch", "triton"), "kernel.attention_backend",
+               f"must be auto, torch or triton, got {self.attention_backend!r}")
+        _check(self.flash_min_len >= 1, "kernel.flash_min_len", f"must be >= 1, got {self.flash_min_len}")
+        _check(self.split_kv_min_len >= 1, "kernel.split_kv_min_len", f"must be >= 1, got {self.split_kv_min_len}")
+        _check(self.qk_clip is None or self.qk_clip > 0, "kernel.qk_clip", f"must be > 0 or null, got {self.qk_clip}")
+        _check(self.pad_multiple >= 1, "kernel.pad_multiple", f"must be >= 1, got {self.pad_multiple}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    kernel: KernelConfig = field(default_factory=KernelConfig)
+    device: str = "auto"  # auto: cuda when available, else cpu
+    seed: int = 0  # seed of sampling for requests that set none
+    debug_integrity: bool = False  # run the block-table integrity check after every step
+    metadata: dict[str, Any] | None = None  # provenance of an exported config (study, trial, ...); not used
+
+    def __post_init__(self) -> None:
+        _check(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), "device",
+               f"must be auto, cpu or cuda[:N], got {self.device!r}")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> EngineConfig:
+        """Build from nested sections ({cache: {block_size: 16}, ...}); unknown keys are errors."""
+        return _build(cls, data, prefix="")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> EngineConfig:
+        """Load a runtime YAML (a `best.yaml` too: its `runtime:` section is used, metadata ignored)."""
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        return cls.from_mapping(data.get("runtime", data))
+
+    @classmethod
+    def from_flat(cls, model: str, **knobs: Any) -> EngineConfig:
+        """Build from vLLM-style flat keywords (`block_size=16, max_num_seqs=64`)."""
+        nested: dict[str, dict[str, Any]] = {"model": {"name": model}}
+        for key, value in knobs.items():
+            section = FLAT_KEYS.get(key)
+            if section is None:
+                raise ConfigError(f"unknown engine argument {key!r}{_suggest(key, FLAT_KEYS)}")
+            if section == "":
+                nested[key] = value  # type: ignore[assignment]
+            else:
+                nested.setdefault(section, {})[key] = value
+        return cls.from_mapping(nested)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain dict (YAML-ready); `from_mapping(to_dict())` round-trips."""
+        return _to_plain(self)
+
+
+def _suggest(key: str, options: Mapping[str, Any] | list[str]) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(f"unknown key {prefix}{key!r}{_suggest(str(key), names)}")
+        kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, key: str) -> Any:
+    """Check a YAML value against a field's type hint; build nested dataclasses and tiers."""
+    if is_dataclass(hint):
+        return _build(hint, value, f"{key}.")
+    text = str(hint)
+    if text.startswith("dict"):
+        _check(value is None or isinstance(value, Mapping), key, f"expected a mapping, got {value!r}")
+        return None if value is None else dict(value)
+    if "BlockTier" in text:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list of {{max_len, block_size, share}}")
+        return tuple(_build(BlockTier, v, f"{key}[{i}].") for i, v in enumerate(value))
+    if value is None:
+        _check("None" in text, key, "must not be null")
+        return None
+    if "bool" in text:
+        _check(isinstance(value, bool), key, f"expected true or false, got {value!r}")
+    elif "int" in text and "float" not in text:
+        _check(isinstance(value, int) and not isinstance(value, bool), key, f"expected an integer, got {value!r}")
+    elif "float" in text:
+        _check(isinstance(value, int | float) and not isinstance(value, bool), key, f"expected a number, got {value!r}")
+        value = float(value)
+    elif "str" in text:
+        _check(isinstance(value, str), key, f"expected a string, got {value!r}")
+    return value
+
+
+def _to_plain(obj: Any) -> Any:
+    if is_dataclass(obj):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, tuple):
+        return [_to_plain(v) for v in obj]
+    return obj
+
+
+def _flat_keys() -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for section in ("cache", "scheduler", "kernel"):
+        section_cls = get_type_hints(EngineConfig)[section]
+        for f in fields(section_cls):
+            assert f.name not in keys, f"flat engine argument {f.name} is ambiguous"
+            keys[f.name] = section
+    keys.update({"device": "", "seed": "", "debug_integrity": "", "metadata": ""})
+    keys.update({"dtype": "model"})
+    return keys
+
+
+FLAT_KEYS = _flat_keys()  # vLLM-style flat argument -> section of EngineConfig ("" for top level)

@@ -1,0 +1,216 @@
+"""The engine loop: add_request / step / abort over scheduler, model runner and sampler.
+
+`step()` is three moves: schedule, run, postprocess. Timestamps come from `clock`, which the
+tuner's replay replaces with a clock that skips idle gaps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from runtime.config import EngineConfig
+from runtime.kv.integrity import check_integrity
+from runtime.kv.manager import KVCacheManager, TierSpec
+from runtime.model.llama import LlamaForCausalLM
+from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from runtime.placement import Placement, plan_placement
+from runtime.runner import ModelRunner
+from runtime.sampler import Sampler
+from runtime.sampling_params import SamplingParams
+from runtime.scheduler import Scheduler, SchedulerOutput
+from runtime.sequence import Request, SeqStatus, Sequence
+
+
+class StepStats(NamedTuple):
+    time: float
+    num_running: int
+    num_waiting: int
+    num_swapped: int
+    num_batched_tokens: int
+    num_preempted: int
+    kv_used_blocks: int
+    kv_total_blocks: int
+    kv_cached_blocks: int
+    kv_allocated_slots: int
+    kv_used_slots: int
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.perf_counter,
+                 model: LlamaForCausalLM | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.placement: Placement = plan_placement(config, model)
+        self.model = self.placement.model
+        self.model_config = self.model.config
+        self.max_model_len = self.placement.max_model_len
+        self.kv = KVCacheManager(self.placement.tiers, config.cache.enable_prefix_caching, config.cache.watermark)
+        self.scheduler = Scheduler(
+            self.kv, max_num_seqs=config.scheduler.max_num_seqs,
+            max_num_batched_tokens=self.placement.max_num_batched_tokens,
+            chunked_prefill=config.scheduler.enable_chunked_prefill,
+            preemption_mode=config.scheduler.preemption_mode)
+        self.runner = ModelRunner(self.model, self.kv, config.kernel, self.placement.kv_dtype,
+                                  self.placement.memory.num_cpu_blocks, self.placement.device)
+        self.sampler = Sampler()
+        self.requests: dict[str, Request] = {}
+        self.step_stats: list[StepStats] = []
+        self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()
+        self._seq_ids = itertools.count()
+        self._seeds = itertools.count(config.seed * 1_000_003)
+        eos = self.model_config.eos_token_id
+        self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
+
+    @property
+    def num_kv_blocks(self) -> int:
+        return sum(t.num_blocks for t in self.kv.tiers)
+
+    @property
+    def tiers(self) -> tuple[TierSpec, ...]:
+        return self.kv.tiers
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests) or bool(self._pending)
+
+    # ---- requests ------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None,
+                    arrival_time: float | None = None, priority: int = 0) -> None:
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in the engine")
+        params = params or SamplingParams()
+        arrival = self.clock() if arrival_time is None else arrival_time
+        req = Request(request_id, list(prompt_token_ids), params, arrival, priority, RequestMetrics(arrival))
+        req.rejected_reason = self._reject_reason(req)
+        if req.rejected_reason is not None:
+            req.metrics.finished_time = self.clock()
+            self._pending.append(self._output(req))
+            return
+        seed = params.seed if params.seed is not None else next(self._seeds)
+        tier = self.kv.tier_for(len(req.prompt_token_ids) + params.max_tokens)
+        assert tier is not None  # the last tier covers max_model_len, checked above
+        seq = Sequence(next(self._seq_ids), req, 0, list(req.prompt_token_ids), tier, seed)
+        req.seqs.append(seq)
+        self.requests[request_id] = req
+        self.scheduler.add(seq)
+
+    def _reject_reason(self, req: Request) -> str | None:
+        prompt, vocab = req.prompt_token_ids, self.model_config.vocab_size
+        if not prompt:
+            return "empty prompt"
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            return f"prompt token ids must be in [0, {vocab}), got range [{min(prompt)}, {max(prompt)}]"
+        total = len(prompt) + req.params.max_tokens
+        if total > self.max_model_len:
+            return (f"prompt ({len(prompt)} tokens) + max_tokens ({req.params.max_tokens}) = {total} "
+                    f"exceeds max_model_len {self.max_model_len}")
+        return None
+
+    def abort(self, request_id: str) -> None:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return
+        for seq in req.seqs:
+            if seq.status is not SeqStatus.FINISHED:
+                seq.finish_reason = "abort"
+                self._retire(seq)
+        req.metrics.finished_time = self.clock()
+        self._pending.append(self._output(req))
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        outputs, self._pending = self._pending, []
+        sched = self.scheduler.schedule()
+        now = self.clock()
+        for item in sched.scheduled:
+            if item.seq.request.metrics.first_scheduled_time is None:
+                item.seq.request.metrics.first_scheduled_time = now
+        if not sched.empty:
+            logits = self.runner.execute(sched)
+            outputs += self._postprocess(sched, logits, self.clock())
+        self._record(sched)
+        if self.config.debug_integrity:
+            self.check_integrity()
+        return outputs
+
+    def _postprocess(self, sched: SchedulerOutput, logits: torch.Tensor, now: float) -> list[RequestOutput]:
+        groups: list[list[Sequence]] = []
+        for item in sched.scheduled:
+            item.seq.num_computed_tokens += item.num_new_tokens
+            self.kv.commit(item.seq)
+            if item.sample:
+                groups.append(self._fork(item.seq) if self._needs_fork(item.seq) else [item.seq])
+        rows = [[(s.seq_id, s.seed, s.request.params) for s in group] for group in groups]
+        touched: dict[str, Request] = {}
+        for group, tokens in zip(groups, self.sampler.sample(logits, rows)):
+            for seq, token in zip(group, tokens):
+                self._append(seq, token, now)
+                touched[seq.request.request_id] = seq.request
+        return [self._output(req) for req in touched.values()]
+
+    @staticmethod
+    def _needs_fork(seq: Sequence) -> bool:
+        return seq.request.params.n > len(seq.request.seqs) and seq.num_output_tokens == 0
+
+    def _fork(self, parent: Sequence) -> list[Sequence]:
+        """After the prompt is computed, the other n-1 samples share its blocks (copy-on-write)."""
+        group = [parent]
+        for index in range(1, parent.request.params.n):
+            child = Sequence(next(self._seq_ids), parent.request, index, list(parent.token_ids), parent.tier,
+                             parent.seed + index * 7919, parent.num_computed_tokens, prefix_checked=True)
+            self.kv.fork(parent, child)
+            self.scheduler.add_running(child)
+            parent.request.seqs.append(child)
+            group.append(child)
+        return group
+
+    def _append(self, seq: Sequence, token: int, now: float) -> None:
+        req = seq.request
+        seq.token_ids.append(token)
+        if seq.index == 0:
+            req.metrics.token_times.append(now)
+            if req.metrics.first_token_time is None:
+                req.metrics.first_token_time = now
+        if token in self.eos_ids and not req.params.ignore_eos:
+            seq.finish_reason = "stop"
+        elif seq.num_output_tokens >= req.params.max_tokens or seq.num_tokens >= self.max_model_len:
+            seq.finish_reason = "length"
+        if seq.finish_reason is not None:
+            self._retire(seq)
+            if req.finished:
+                req.metrics.finished_time = now
+                self.requests.pop(req.request_id, None)
+
+    def _retire(self, seq: Sequence) -> None:
+        self.scheduler.remove(seq)
+        self.sampler.forget(seq.seq_id)
+
+    @staticmethod
+    def _output(req: Request) -> RequestOutput:
+        if req.rejected_reason is not None:
+            outs = [CompletionOutput(0, [], "rejected")]
+        else:
+            outs = [CompletionOutput(s.index, s.output_token_ids, s.finish_reason)
+                    for s in sorted(req.seqs, key=lambda s: s.index)]
+        return RequestOutput(req.request_id, req.prompt_token_ids, outs, req.finished, req.metrics,
+                             req.rejected_reason)
+
+    # ---- accounting ----------------------------------------------------------------------------
+    def live_sequences(self) -> list[Sequence]:
+        return [s for r in self.requests.values() for s in r.seqs if s.status is not SeqStatus.FINISHED]
+
+    def check_integrity(self) -> None:
+        check_integrity(self.kv, (s.seq_id for s in self.live_sequences()))
+
+    def _record(self, sched: SchedulerOutput) -> None:
+        usage = self.kv.usage(self.scheduler.running)
+        s = self.scheduler
+        self.step_stats.append(StepStats(
+            self.clock(), len(s.running), len(s.waiting), len(s.swapped), sched.num_batched_tokens,
+            sched.num_preempted, usage.used_blocks, usage.total_blocks, usage.cached_blocks,
+            usage.allocated_slots, usage.used_slots))
+

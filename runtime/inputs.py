@@ -1,0 +1,89 @@
+"""Flat model inputs and attention metadata for one step, built from the scheduler's decision."""
+
+from __future__ import annotations
+
+from itertools import groupby
+from typing import NamedTuple
+
+import torch
+
+from runtime.attention import AttentionMetadata, DecodeBatch, PrefillBatch, TierBatch
+from runtime.config import KernelConfig
+from runtime.kv.manager import KVCacheManager
+from runtime.scheduler import ScheduledSeq
+
+
+class StepInputs(NamedTuple):
+    input_ids: torch.Tensor  # [T_padded] int64
+    positions: torch.Tensor  # [T_padded] int64
+    meta: AttentionMetadata
+    sample_rows: torch.Tensor  # [N] int64: row of the last token of each sequence that samples
+
+
+def _tables(tables: list[list[int]], device: torch.device) -> torch.Tensor:
+    width = max(len(t) for t in tables)
+    padded = [t + [0] * (width - len(t)) for t in tables]
+    return torch.tensor(padded, dtype=torch.int32, device=device)  # [B, max_blocks]
+
+
+def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_row: int, device: torch.device):
+    """Decode or prefill part of one tier: (batch, token ids, positions, slots)."""
+    bs = kv.tiers[items[0].seq.tier].block_size
+    ids: list[int] = []
+    pos: list[int] = []
+    slots: list[int] = []
+    tables, ctx, qsl = [], [], [0]
+    for it in items:
+        table = kv.block_table(it.seq)
+        span = range(it.start, it.start + it.num_new_tokens)
+        ids.extend(it.seq.token_ids[it.start : it.start + it.num_new_tokens])
+        pos.extend(span)
+        slots.extend(table[p // bs] * bs + p % bs for p in span)
+        tables.append(table)
+        ctx.append(it.start + it.num_new_tokens)
+        qsl.append(qsl[-1] + it.num_new_tokens)
+    rows = slice(first_row, first_row + len(ids))
+    block_tables = _tables(tables, device)
+    context_lens = torch.tensor(ctx, dtype=torch.int32, device=device)
+    if is_decode:
+        batch = DecodeBatch(rows, block_tables, context_lens)
+    else:
+        batch = PrefillBatch(rows, block_tables, torch.tensor(qsl, dtype=torch.int32, device=device), context_lens)
+    return batch, ids, pos, slots
+
+
+def build_inputs(scheduled: tuple[ScheduledSeq, ...], kv: KVCacheManager, kernel: KernelConfig,
+                 use_triton: bool, device: torch.device) -> StepInputs:
+    ids: list[int] = []
+    pos: list[int] = []
+    tiers: list[TierBatch] = []
+    for tier, group in groupby(scheduled, key=lambda s: s.seq.tier):
+        start = len(ids)
+        parts: dict[bool, object] = {}
+        slots: list[int] = []
+        for is_decode, items in groupby(group, key=lambda s: s.num_new_tokens == 1):
+            batch, p_ids, p_pos, p_slots = _part(list(items), is_decode, kv, len(ids), device)
+            parts[is_decode] = batch
+            ids += p_ids
+            pos += p_pos
+            slots += p_slots
+        slot_mapping = torch.tensor(slots, dtype=torch.int64, device=device)
+        tiers.append(TierBatch(tier, slice(start, len(ids)), slot_mapping, parts.get(True), parts.get(False)))
+    rows = _sample_rows(scheduled)
+    pad = -len(ids) % kernel.pad_multiple  # GEMM-friendly token count; pad rows are in no tier
+    meta = AttentionMetadata(tuple(tiers), use_triton, kernel.qk_clip, kernel.flash_min_len, kernel.split_kv_min_len)
+    return StepInputs(
+        input_ids=torch.tensor(ids + [0] * pad, dtype=torch.int64, device=device),
+        positions=torch.tensor(pos + [0] * pad, dtype=torch.int64, device=device),
+        meta=meta,
+        sample_rows=torch.tensor(rows, dtype=torch.int64, device=device),
+    )
+
+
+def _sample_rows(scheduled: tuple[ScheduledSeq, ...]) -> list[int]:
+    rows, end = [], 0
+    for it in scheduled:
+        end += it.num_new_tokens
+        if it.sample:
+            rows.append(end - 1)
+    return rows

@@ -1,0 +1,103 @@
+"""A pool of fixed-size KV blocks of one tier, with ref counts and a prefix cache.
+
+Free blocks wait in LRU order (least recently freed first). A block freed while it holds a
+full, hashed block of tokens stays findable through the prefix cache until it is reused:
+`allocate` evicts from the LRU end, `acquire` takes a cached block back off the free list.
+
+    free queue (LRU -> MRU):  [7] [2*] [9*] [4]      * = still cached (hash -> block)
+    allocate()  -> 7          (plain free block)
+    allocate()  -> 2          (evicts hash of 2 from the cache)
+    find_cached(h9, toks)     -> 9, then acquire(9) takes it off the queue with ref 1
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+def chain_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
+    """Hash of a full block given its parent's hash; Python hashes tuples of ints without salt."""
+    return hash((parent, tokens))
+
+
+@dataclass
+class BlockMeta:
+    ref_count: int = 0
+    hash: int | None = None  # set once the block is full and registered in the prefix cache
+    tokens: tuple[int, ...] | None = None  # re-checked on a cache hit (hash collisions)
+
+
+class BlockPool:
+    """Blocks `0..num_blocks-1` of one tier; this class only counts, the tensors live in the executor."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool) -> None:
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.meta = [BlockMeta() for _ in range(num_blocks)]
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[int, int] = {}  # hash -> block id
+        self.num_evictions = 0
+
+    @property
+    def num_free(self) -> int:
+        """Blocks allocatable now (plain free plus evictable cached ones)."""
+        return len(self.free_queue)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self.free_queue)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self.cached)
+
+    def allocate(self) -> int:
+        """Take the least recently freed block (evicting its cache entry); ref count becomes 1."""
+        block_id, _ = self.free_queue.popitem(last=False)
+        meta = self.meta[block_id]
+        if meta.hash is not None:
+            del self.cached[meta.hash]
+            meta.hash, meta.tokens = None, None
+            self.num_evictions += 1
+        meta.ref_count = 1
+        return block_id
+
+    def find_cached(self, block_hash: int, tokens: tuple[int, ...]) -> int | None:
+        """The cached block holding exactly `tokens` under `block_hash`, if any (no side effects)."""
+        block_id = self.cached.get(block_hash)
+        if block_id is None or self.meta[block_id].tokens != tokens:
+            return None
+        return block_id
+
+    def acquire(self, block_id: int) -> None:
+        """Add a reference (a cache hit or a fork); a free cached block leaves the free queue."""
+        meta = self.meta[block_id]
+        if meta.ref_count == 0:
+            del self.free_queue[block_id]
+        meta.ref_count += 1
+
+    def release(self, block_id: int) -> None:
+        """Drop a reference; at zero the block joins the MRU end of the free queue, still cached."""
+        meta = self.meta[block_id]
+        assert meta.ref_count > 0, f"block {block_id} released with ref count 0"
+        meta.ref_count -= 1
+        if meta.ref_count == 0:
+            self.free_queue[block_id] = None
+
+    def register(self, block_id: int, block_hash: int, tokens: tuple[int, ...]) -> None:
+        """Make a full block findable by hash; a hash already cached keeps its first block."""
+        meta = self.meta[block_id]
+        if not self.enable_caching or meta.hash is not None or block_hash in self.cached:
+            return
+        meta.hash, meta.tokens = block_hash, tokens
+        self.cached[block_hash] = block_id
+
+    def ref_count(self, block_id: int) -> int:
+        return self.meta[block_id].ref_count
+
+    def reset_cache(self) -> None:
+        """Forget every cached hash (free blocks stay free)."""
+        for meta in self.meta:
+            meta.hash, meta.tokens = None, None
+        self.cached.clear()

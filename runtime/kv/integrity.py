@@ -1,0 +1,56 @@
+"""Integrity check of the KV bookkeeping: ref counts match block tables, nothing leaks.
+
+Runs after every engine test, and after every step when `debug_integrity` is on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from runtime.kv.block_pool import BlockPool
+from runtime.kv.manager import KVCacheManager
+
+
+class IntegrityError(AssertionError):
+    """The block bookkeeping is inconsistent; the message lists every violation."""
+
+
+def pool_problems(pool: BlockPool, refs: Counter[int], name: str) -> list[str]:
+    """Violations of one pool given the references its tables hold (block id -> count)."""
+    problems = []
+    for block_id, meta in enumerate(pool.meta):
+        want, free = refs.get(block_id, 0), block_id in pool.free_queue
+        if meta.ref_count != want:
+            problems.append(f"{name}: block {block_id} ref_count {meta.ref_count} != {want} table refs")
+        if (meta.ref_count == 0) != free:
+            problems.append(f"{name}: block {block_id} ref_count {meta.ref_count} but free={free}")
+    if pool.num_free + sum(1 for m in pool.meta if m.ref_count > 0) != pool.num_blocks:
+        problems.append(f"{name}: free {pool.num_free} + used != total {pool.num_blocks}")
+    for block_hash, block_id in pool.cached.items():
+        if pool.meta[block_id].hash != block_hash:
+            problems.append(f"{name}: cached hash of block {block_id} is not findable under its hash")
+    hashed = sum(1 for m in pool.meta if m.hash is not None)
+    if hashed != len(pool.cached):
+        problems.append(f"{name}: {hashed} hashed blocks but {len(pool.cached)} cache entries")
+    return problems
+
+
+def check_integrity(manager: KVCacheManager, live_seq_ids: Iterable[int]) -> None:
+    """Raise IntegrityError unless every invariant holds for the sequences still alive."""
+    live = set(live_seq_ids)
+    problems = [f"leaked table of finished sequence {s}" for s in set(manager.tables) - live]
+    problems += [f"leaked swap table of finished sequence {s}" for s in set(manager.cpu_tables) - live]
+    for tier in range(len(manager.tiers)):
+        refs: Counter[int] = Counter()
+        cpu_refs: Counter[int] = Counter()
+        for seq_id, table in manager.tables.items():
+            if manager.seq_tiers.get(seq_id) == tier:
+                refs.update(table)
+        for seq_id, table in manager.cpu_tables.items():
+            if manager.seq_tiers.get(seq_id) == tier:
+                cpu_refs.update(table)
+        problems += pool_problems(manager.pools[tier], refs, f"tier {tier}")
+        problems += pool_problems(manager.cpu_pools[tier], cpu_refs, f"tier {tier} swap")
+    if problems:
+        raise IntegrityError("KV integrity check failed:\n  " + "\n  ".join(problems[:20]))

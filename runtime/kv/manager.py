@@ -1,0 +1,201 @@
+"""Block tables of every sequence over per-tier block pools: allocation, prefix hits, fork, COW, swap.
+
+Queries and actions come in pairs, as the scheduler uses them: `can_allocate` then
+`allocate_slots`, `can_swap_in` then `swap_in`. A sequence's table always covers exactly the
+tokens whose KV is (or is being) written:
+
+    token:  0 1 2 3 | 4 5 6 7 | 8 9 .          block_size 4, 10 tokens computed
+    table:  [ 12    ,  3      ,  40 ]          ceil(10 / 4) = 3 blocks; slot of token 9 = 40*4 + 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from typing import NamedTuple
+
+from runtime.kv.block_pool import BlockPool, chain_hash
+from runtime.sequence import Sequence
+
+
+class TierSpec(NamedTuple):
+    max_len: int  # requests with prompt + max_tokens up to this use the tier
+    block_size: int
+    num_blocks: int  # device blocks
+    num_cpu_blocks: int  # swap blocks
+
+
+class BlockCopy(NamedTuple):
+    tier: int
+    src: int
+    dst: int
+
+
+class KVUsage(NamedTuple):
+    used_blocks: int
+    total_blocks: int
+    cached_blocks: int  # blocks findable by hash (used or free)
+    allocated_slots: int  # used blocks x block size
+    used_slots: int  # slots holding a token's KV
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    def __init__(self, tiers: Seq[TierSpec], enable_prefix_caching: bool, watermark: float) -> None:
+        self.tiers = tuple(tiers)
+        self.pools = [BlockPool(t.num_blocks, enable_prefix_caching) for t in self.tiers]
+        self.cpu_pools = [BlockPool(t.num_cpu_blocks, False) for t in self.tiers]
+        self.watermark_blocks = [int(watermark * t.num_blocks) for t in self.tiers]
+        self.enable_prefix_caching = enable_prefix_caching
+        self.tables: dict[int, list[int]] = {}  # seq id -> device block ids
+        self.hashes: dict[int, list[int]] = {}  # seq id -> chained hashes of its full blocks
+        self.cpu_tables: dict[int, list[int]] = {}  # seq id -> swap block ids
+        self.seq_tiers: dict[int, int] = {}  # seq id -> tier of the blocks it holds
+
+    # ---- queries -------------------------------------------------------------------------------
+    def tier_for(self, total_len: int) -> int | None:
+        """The first tier whose max_len covers a request of `total_len` tokens."""
+        return next((i for i, t in enumerate(self.tiers) if total_len <= t.max_len), None)
+
+    def block_table(self, seq: Sequence) -> list[int]:
+        return self.tables.get(seq.seq_id, [])
+
+    def _needs_cow(self, seq: Sequence) -> bool:
+        table = self.tables.get(seq.seq_id, [])
+        idx = seq.num_computed_tokens // self.tiers[seq.tier].block_size
+        return idx < len(table) and self.pools[seq.tier].ref_count(table[idx]) > 1
+
+    def blocks_needed(self, seq: Sequence, num_new: int) -> int:
+        have = len(self.tables.get(seq.seq_id, []))
+        want = _cdiv(seq.num_computed_tokens + num_new, self.tiers[seq.tier].block_size)
+        return max(0, want - have) + int(self._needs_cow(seq))
+
+    def can_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool = False) -> bool:
+        reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
+        return self.blocks_needed(seq, num_new) <= self.pools[seq.tier].num_free - reserve
+
+    def can_swap_in(self, seq: Sequence) -> bool:
+        need = len(self.cpu_tables[seq.seq_id])
+        return need <= self.pools[seq.tier].num_free - self.watermark_blocks[seq.tier]
+
+    def can_swap_out(self, seq: Sequence) -> bool:
+        return len(self.tables.get(seq.seq_id, [])) <= self.cpu_pools[seq.tier].num_free
+
+    # ---- actions -------------------------------------------------------------------------------
+    def match_prefix(self, seq: Sequence) -> int:
+        """Take the longest cached run of the prompt's full blocks; return how many tokens it covers.
+
+        At least one prompt token is always left to compute, since its logits give the first token.
+        """
+        assert seq.seq_id not in self.tables, "match_prefix on a sequence that already holds blocks"
+        if not self.enable_prefix_caching:
+            return 0
+        pool, bs = self.pools[seq.tier], self.tiers[seq.tier].block_size
+        table: list[int] = []
+        hashes: list[int] = []
+        parent: int | None = None
+        for i in range((seq.num_prompt_tokens - 1) // bs):
+            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            parent = chain_hash(parent, tokens)
+            block_id = pool.find_cached(parent, tokens)
+            if block_id is None:
+                break
+            pool.acquire(block_id)
+            table.append(block_id)
+            hashes.append(parent)
+        self.tables[seq.seq_id], self.hashes[seq.seq_id] = table, hashes
+        self.seq_tiers[seq.seq_id] = seq.tier
+        return len(table) * bs
+
+    def allocate_slots(self, seq: Sequence, num_new: int) -> list[BlockCopy]:
+        """Grow the table to cover `num_new` more tokens; copy-on-write a shared last block.
+
+        Precondition: `can_allocate(seq, num_new)`. Returns the block copies the executor must do
+        before the forward pass.
+        """
+        pool, bs = self.pools[seq.tier], self.tiers[seq.tier].block_size
+        table = self.tables.setdefault(seq.seq_id, [])
+        self.hashes.setdefault(seq.seq_id, [])
+        self.seq_tiers[seq.seq_id] = seq.tier
+        copies: list[BlockCopy] = []
+        if self._needs_cow(seq):
+            idx = seq.num_computed_tokens // bs
+            new = pool.allocate()
+            copies.append(BlockCopy(seq.tier, table[idx], new))
+            pool.release(table[idx])
+            table[idx] = new
+        for _ in range(_cdiv(seq.num_computed_tokens + num_new, bs) - len(table)):
+            table.append(pool.allocate())
+        return copies
+
+    def commit(self, seq: Sequence) -> None:
+        """Register the sequence's newly full, computed blocks in the prefix cache."""
+        if not self.enable_prefix_caching:
+            return
+        bs, pool = self.tiers[seq.tier].block_size, self.pools[seq.tier]
+        table, hashes = self.tables[seq.seq_id], self.hashes[seq.seq_id]
+        parent = hashes[-1] if hashes else None
+        for i in range(len(hashes), seq.num_computed_tokens // bs):
+            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            parent = chain_hash(parent, tokens)
+            hashes.append(parent)
+            pool.register(table[i], parent, tokens)
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """The child shares every block of the parent (ref counts go up)."""
+        table = self.tables[parent.seq_id]
+        for block_id in table:
+            self.pools[parent.tier].acquire(block_id)
+        self.tables[child.seq_id] = list(table)
+        self.hashes[child.seq_id] = list(self.hashes[parent.seq_id])
+        self.seq_tiers[child.seq_id] = parent.tier
+
+    def free(self, seq: Sequence) -> None:
+        """Release the sequence's blocks, tail first so shared prefixes are evicted last."""
+        for block_id in reversed(self.tables.pop(seq.seq_id, [])):
+            self.pools[seq.tier].release(block_id)
+        self.hashes.pop(seq.seq_id, None)
+        self.seq_tiers.pop(seq.seq_id, None)
+        for block_id in self.cpu_tables.pop(seq.seq_id, []):
+            self.cpu_pools[seq.tier].release(block_id)
+
+    def swap_out(self, seq: Sequence) -> list[BlockCopy]:
+        """Move the table to the CPU pool (precondition: `can_swap_out`); returns device->CPU copies."""
+        cpu_pool = self.cpu_pools[seq.tier]
+        table = self.tables.pop(seq.seq_id)
+        copies = [BlockCopy(seq.tier, block_id, cpu_pool.allocate()) for block_id in table]
+        self.cpu_tables[seq.seq_id] = [c.dst for c in copies]
+        for block_id in reversed(table):
+            self.pools[seq.tier].release(block_id)
+        return copies
+
+    def swap_in(self, seq: Sequence) -> list[BlockCopy]:
+        """Bring the table back (precondition: `can_swap_in`); returns CPU->device copies."""
+        pool, cpu_pool = self.pools[seq.tier], self.cpu_pools[seq.tier]
+        cpu_table = self.cpu_tables.pop(seq.seq_id)
+        copies = [BlockCopy(seq.tier, block_id, pool.allocate()) for block_id in cpu_table]
+        for block_id in cpu_table:
+            cpu_pool.release(block_id)
+        self.tables[seq.seq_id] = [c.dst for c in copies]
+        bs = self.tiers[seq.tier].block_size
+        for i, block_hash in enumerate(self.hashes[seq.seq_id]):
+            pool.register(self.tables[seq.seq_id][i], block_hash, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
+        return copies
+
+    # ---- accounting ----------------------------------------------------------------------------
+    def usage(self, seqs: Seq[Sequence]) -> KVUsage:
+        """Pool-wide usage; waste is the unfilled tail of each live sequence's last block."""
+        allocated = sum(p.num_used * t.block_size for p, t in zip(self.pools, self.tiers))
+        tail_waste = 0
+        for seq in seqs:
+            held = len(self.tables.get(seq.seq_id, ())) * self.tiers[seq.tier].block_size
+            tail_waste += max(0, held - seq.num_computed_tokens)
+        return KVUsage(
+            used_blocks=sum(p.num_used for p in self.pools),
+            total_blocks=sum(t.num_blocks for t in self.tiers),
+            cached_blocks=sum(p.num_cached for p in self.pools),
+            allocated_slots=allocated,
+            used_slots=max(0, allocated - tail_waste),
+        )

@@ -1,0 +1,122 @@
+"""Llama-family decoder (Llama 2/3, Mistral, Qwen2) on the paged KV cache.
+
+Parameter names follow Hugging Face's (`model.layers.N.self_attn.o_proj.weight`, ...) except that
+q/k/v and gate/up are fused into one projection each (`qkv_proj`, `gate_up_proj`): one GEMM instead
+of three or two. `runtime.model.loader` splices the checkpoint's separate tensors into them.
+The math of each block mirrors `transformers`' so greedy output is identical in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from runtime.attention import AttentionMetadata, KVCache, paged_attention
+from runtime.model.rope import RotaryEmbedding
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Same order of operations as transformers: normalise in fp32, cast, then scale.
+        x32 = x.to(torch.float32)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.scale = self.head_dim**-0.5
+        qkv_bias = config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
+        out_bias = config.model_type != "qwen2" and bool(getattr(config, "attention_bias", False))
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.split = (q_size, kv_size, kv_size)
+        self.qkv_proj = nn.Linear(config.hidden_size, sum(self.split), bias=qkv_bias)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=out_bias)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
+                kv_caches: list[KVCache]) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)  # [T, Hq*D], [T, Hkv*D], [T, Hkv*D]
+        q = RotaryEmbedding.apply(q.view(t, self.num_heads, self.head_dim), *rope)
+        k = RotaryEmbedding.apply(k.view(t, self.num_kv_heads, self.head_dim), *rope)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
+        out = paged_attention(q, k, v, self.layer_idx, self.scale, meta, kv_caches)  # [T, Hq, D]
+        return self.o_proj(out.reshape(t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config) -> None:
+        super().__init__()
+        bias = bool(getattr(config, "mlp_bias", False))
+        self.intermediate = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate, bias=bias)
+        self.down_proj = nn.Linear(self.intermediate, config.hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(nn.functional.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer_idx)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, h: torch.Tensor, rope, meta: AttentionMetadata, kv_caches: list[KVCache]) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), rope, meta, kv_caches)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Backbone(nn.Module):
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """`forward` runs the flat batch of this step's tokens; `compute_logits` only the rows to sample."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        if config.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"model_type {config.model_type!r} is not supported; use one of {SUPPORTED_MODEL_TYPES}")
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if getattr(config, "tie_word_embeddings", False):
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rotary = RotaryEmbedding(config)
+
+    @property
+    def layout(self) -> tuple[int, int, int]:
+        """(num_layers, num_kv_heads, head_dim): the KV cache shape this model needs."""
+        attn = self.model.layers[0].self_attn
+        return len(self.model.layers), attn.num_kv_heads, attn.head_dim
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                kv_caches: list[KVCache]) -> torch.Tensor:
+        h = self.model.embed_tokens(input_ids)  # [T, H]
+        rope = self.rotary(positions, h.dtype)
+        for layer in self.model.layers:
+            h = layer(h, rope, meta, kv_caches)
+        return self.model.norm(h)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()  # [N, V]

@@ -1,0 +1,64 @@
+"""The model runner: owns the KV tensors, applies block copies and swaps, runs the forward pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import groupby
+
+import torch
+
+from runtime.attention import KVCache
+from runtime.config import KernelConfig
+from runtime.inputs import build_inputs
+from runtime.kv.manager import BlockCopy, KVCacheManager
+from runtime.model.llama import LlamaForCausalLM
+from runtime.scheduler import SchedulerOutput
+
+
+def allocate_caches(layout: tuple[int, int, int], block_sizes: Iterable[int], num_blocks: Iterable[int],
+                    dtype: torch.dtype, device: torch.device, pin: bool = False) -> list[KVCache]:
+    layers, kv_heads, head_dim = layout
+    caches = []
+    for bs, n in zip(block_sizes, num_blocks):
+        shape = (layers, n, bs, kv_heads, head_dim)  # [L, N, block_size, Hkv, D]
+        caches.append(KVCache(torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin),
+                              torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)))
+    return caches
+
+
+def _copy_blocks(copies: tuple[BlockCopy, ...], src: list[KVCache], dst: list[KVCache]) -> None:
+    """Copy whole blocks (every layer) grouped by tier: dst[:, d] = src[:, s]."""
+    for tier, group in groupby(copies, key=lambda c: c.tier):
+        items = list(group)
+        s_idx = torch.tensor([c.src for c in items], device=src[tier].k.device)
+        d_idx = torch.tensor([c.dst for c in items], device=dst[tier].k.device)
+        for name in ("k", "v"):
+            moved = getattr(src[tier], name)[:, s_idx].to(getattr(dst[tier], name).device, non_blocking=True)
+            getattr(dst[tier], name)[:, d_idx] = moved
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForCausalLM, kv: KVCacheManager, kernel: KernelConfig, kv_dtype: torch.dtype,
+                 num_cpu_blocks: tuple[int, ...], device: torch.device) -> None:
+        self.model = model
+        self.kv = kv
+        self.kernel = kernel
+        self.device = device
+        self.use_triton = kernel.attention_backend == "triton" or (
+            kernel.attention_backend == "auto" and device.type == "cuda")
+        sizes = [t.block_size for t in kv.tiers]
+        self.caches = allocate_caches(model.layout, sizes, [t.num_blocks for t in kv.tiers], kv_dtype, device)
+        self.cpu_caches = allocate_caches(model.layout, sizes, num_cpu_blocks, kv_dtype, torch.device("cpu"),
+                                          pin=device.type == "cuda" and any(num_cpu_blocks))
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput) -> torch.Tensor:
+        """Run one step; returns fp32 logits [N, V] for the sequences that sample, in scheduled order."""
+        _copy_blocks(out.swap_out, self.caches, self.cpu_caches)
+        _copy_blocks(out.swap_in, self.cpu_caches, self.caches)
+        _copy_blocks(out.block_copies, self.caches, self.caches)
+        if not out.scheduled:
+            return torch.empty(0, self.model.config.vocab_size, device=self.device)
+        inputs = build_inputs(out.scheduled, self.kv, self.kernel, self.use_triton, self.device)
+        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.caches)  # [T, H]
+        return self.model.compute_logits(hidden[inputs.sample_rows])  # [N, V]

@@ -1,0 +1,190 @@
+"""Continuous batching: which sequences compute how many tokens this step.
+
+One rule drives it: each sequence's computed tokens catch up with its total tokens, under a token
+budget per step. A decode is a sequence one token behind; a prefill (or a chunk of one) is further
+behind; a prefix-cache hit starts a sequence with tokens already computed. Order each step:
+
+    1. running decodes, oldest first      (latency of running requests comes first)
+    2. running prefills, oldest first      (chunks continue)
+    3. swapped sequences back in           (only if nothing was preempted this step)
+    4. waiting sequences admitted          (FCFS or priority; keeps a free-block watermark)
+
+When blocks run out the newest running sequence is preempted (recompute: drop its blocks and
+start over from the waiting queue; swap: move its blocks to the CPU pool).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from runtime.kv.manager import BlockCopy, KVCacheManager
+from runtime.sequence import SeqStatus, Sequence
+
+
+class ScheduledSeq(NamedTuple):
+    seq: Sequence
+    start: int  # computed tokens before this step = position of the first new token
+    num_new_tokens: int  # tokens seq.token_ids[start : start + num_new_tokens] are computed now
+    sample: bool  # this step computes the sequence's last token, so a new token is sampled
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    scheduled: tuple[ScheduledSeq, ...]  # sorted by tier, decodes first within a tier
+    swap_out: tuple[BlockCopy, ...]  # device -> CPU; done first
+    swap_in: tuple[BlockCopy, ...]  # CPU -> device; done second
+    block_copies: tuple[BlockCopy, ...]  # copy-on-write device -> device; done third
+    num_batched_tokens: int
+    num_preempted: int
+
+    @property
+    def empty(self) -> bool:
+        return not self.scheduled and not self.swap_out
+
+
+class Scheduler:
+    def __init__(self, kv: KVCacheManager, *, max_num_seqs: int, max_num_batched_tokens: int,
+                 chunked_prefill: bool, preemption_mode: str) -> None:
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.chunked = chunked_prefill
+        self.swap = preemption_mode == "swap"
+        self.waiting: list[Sequence] = []  # sorted by Sequence.sort_key
+        self.running: list[Sequence] = []  # sorted by Sequence.sort_key
+        self.swapped: list[Sequence] = []  # sorted by Sequence.sort_key
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.swapped)
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.WAITING
+        bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
+
+    def add_running(self, seq: Sequence) -> None:
+        """A forked sibling joins the running set directly (it shares its parent's blocks)."""
+        seq.status = SeqStatus.RUNNING
+        bisect.insort(self.running, seq, key=lambda s: s.sort_key)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take a finished or aborted sequence out of whichever queue holds it and free its blocks."""
+        for queue in (self.waiting, self.running, self.swapped):
+            if seq in queue:
+                queue.remove(seq)
+        self.kv.free(seq)
+        seq.status = SeqStatus.FINISHED
+
+    def schedule(self) -> SchedulerOutput:
+        step = _Step(self.budget)
+        decodes = [s for s in self.running if s.is_decode]
+        prefills = [s for s in self.running if not s.is_decode]
+        for seq in decodes + prefills:
+            if seq.status is SeqStatus.RUNNING and step.budget > 0:
+                self._schedule_running(seq, step)
+        if step.num_preempted == 0:
+            self._swap_in(step)
+            self._admit_waiting(step)
+        scheduled = sorted(step.scheduled.values(), key=lambda s: (s.seq.tier, s.num_new_tokens != 1))
+        return SchedulerOutput(
+            scheduled=tuple(scheduled),
+            swap_out=tuple(step.swap_out),
+            swap_in=tuple(step.swap_in),
+            block_copies=tuple(c for s in scheduled for c in step.copies.get(s.seq.seq_id, ())),
+            num_batched_tokens=self.budget - step.budget,
+            num_preempted=step.num_preempted,
+        )
+
+    def _chunk(self, seq: Sequence, budget: int) -> int:
+        """Tokens to compute now: all that are left, or a chunk of them when chunked prefill is on."""
+        if seq.num_uncomputed <= budget:
+            return seq.num_uncomputed
+        return budget if self.chunked else 0
+
+    def _schedule_running(self, seq: Sequence, step: _Step) -> None:
+        n = self._chunk(seq, step.budget)
+        if n == 0:
+            return
+        while not self.kv.can_allocate(seq, n):
+            victim = self.running[-1]  # lowest priority / newest
+            self._preempt(victim, step)
+            if victim is seq:
+                return
+        step.add(seq, n, self.kv.allocate_slots(seq, n))
+
+    def _preempt(self, seq: Sequence, step: _Step) -> None:
+        step.unschedule(seq)
+        self.running.remove(seq)
+        seq.request.metrics.num_preemptions += 1
+        step.num_preempted += 1
+        if self.swap and self.kv.can_swap_out(seq):
+            step.swap_out.extend(self.kv.swap_out(seq))
+            seq.status = SeqStatus.SWAPPED
+            bisect.insort(self.swapped, seq, key=lambda s: s.sort_key)
+            return
+        self.kv.free(seq)
+        seq.num_computed_tokens = 0
+        seq.prefix_checked = False
+        self.add(seq)
+
+    def _swap_in(self, step: _Step) -> None:
+        while self.swapped and len(self.running) < self.max_num_seqs and step.budget > 0:
+            seq = self.swapped[0]
+            if not self.kv.can_swap_in(seq):
+                return
+            self.swapped.pop(0)
+            step.swap_in.extend(self.kv.swap_in(seq))
+            self.add_running(seq)
+            n = self._chunk(seq, step.budget)
+            if n and self.kv.can_allocate(seq, n):
+                step.add(seq, n, self.kv.allocate_slots(seq, n))
+
+    def _admit_waiting(self, step: _Step) -> None:
+        while self.waiting and len(self.running) < self.max_num_seqs and step.budget > 0:
+            seq = self.waiting[0]
+            if not seq.prefix_checked:
+                seq.num_computed_tokens = self.kv.match_prefix(seq)
+                seq.request.metrics.num_cached_tokens = max(seq.request.metrics.num_cached_tokens,
+                                                            seq.num_computed_tokens)
+                seq.prefix_checked = True
+            n = self._chunk(seq, step.budget)
+            # With nothing running the watermark is waived, so a request that fits the pool always runs.
+            if n == 0 or not self.kv.can_allocate(seq, n, keep_watermark=bool(self.running)):
+                self._release_prefix(seq)
+                return
+            self.waiting.pop(0)
+            self.add_running(seq)
+            step.add(seq, n, self.kv.allocate_slots(seq, n))
+
+    def _release_prefix(self, seq: Sequence) -> None:
+        """A waiting head that cannot start yet gives its prefix-cache blocks back (no hoarding)."""
+        self.kv.free(seq)
+        seq.num_computed_tokens = 0
+        seq.prefix_checked = False
+
+
+class _Step:
+    """What one schedule() call has decided so far."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.scheduled: dict[int, ScheduledSeq] = {}
+        self.copies: dict[int, list[BlockCopy]] = {}
+        self.swap_out: list[BlockCopy] = []
+        self.swap_in: list[BlockCopy] = []
+        self.num_preempted = 0
+
+    def add(self, seq: Sequence, n: int, copies: list[BlockCopy]) -> None:
+        sample = seq.num_computed_tokens + n == seq.num_tokens
+        self.scheduled[seq.seq_id] = ScheduledSeq(seq, seq.num_computed_tokens, n, sample)
+        self.copies[seq.seq_id] = copies
+        self.budget -= n
+
+    def unschedule(self, seq: Sequence) -> None:
+        """A sequence preempted after it was scheduled this step gives its budget back."""
+        item = self.scheduled.pop(seq.seq_id, None)
+        if item is not None:
+            self.budget += item.num_new_tokens
+            self.copies.pop(seq.seq_id, None)

@@ -1,0 +1,82 @@
+"""A sequence is one sample of a request; the scheduler and KV manager work on sequences.
+
+A request with `n > 1` starts as one sequence; when its prompt is computed it forks into `n`
+sequences that share the prompt's blocks and then live independently.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from runtime.outputs import RequestMetrics
+from runtime.sampling_params import SamplingParams
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    SWAPPED = "swapped"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+    priority: int
+    metrics: RequestMetrics
+    seqs: list[Sequence] = field(default_factory=list)
+    rejected_reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.rejected_reason is not None or (
+            len(self.seqs) == self.params.n and all(s.status is SeqStatus.FINISHED for s in self.seqs)
+        )
+
+
+@dataclass(eq=False)
+class Sequence:
+    seq_id: int
+    request: Request
+    index: int  # sample index within the request
+    token_ids: list[int]  # prompt followed by generated tokens
+    tier: int
+    seed: int
+    num_computed_tokens: int = 0  # tokens whose KV is in the cache
+    status: SeqStatus = SeqStatus.WAITING
+    finish_reason: str | None = None
+    prefix_checked: bool = False  # prefix cache consulted since the last (re)admission
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.request.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_uncomputed(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_decode(self) -> bool:
+        """True when exactly the last sampled token is left to compute (prompt done)."""
+        return self.num_uncomputed == 1 and self.num_computed_tokens >= self.num_prompt_tokens
+
+    @property
+    def sort_key(self) -> tuple[int, float, int]:
+        """Scheduling order: priority (lower first), then arrival, then id."""
+        return (self.request.priority, self.request.arrival_time, self.seq_id)
