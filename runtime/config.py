@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -96,11 +96,11 @@ class CacheConfig:
                f"shares must sum to 1, got {total:.4g}")
 
     def tiers(self, max_model_len: int) -> tuple[BlockTier, ...]:
-        """The effective tiers: the configured ones, or one tier of `block_size`; the last covers max_model_len."""
+        """The effective tiers: the configured ones, or one tier of `block_size`; the last ends at max_model_len."""
         if not self.block_tiers:
             return (BlockTier(max_len=max_model_len, block_size=self.block_size, share=1.0),)
         last = self.block_tiers[-1]
-        return (*self.block_tiers[:-1], replace(last, max_len=max(last.max_len, max_model_len)))
+        return (*self.block_tiers[:-1], replace(last, max_len=max_model_len))
 
 
 @dataclass(frozen=True)
@@ -202,8 +202,12 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in names:
-            raise ConfigError(f"unknown key {prefix}{key!r}{_suggest(str(key), names)}")
+            raise ConfigError(f"unknown key '{prefix}{key}'{_suggest(str(key), names)}")
         kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
+    missing = [f.name for f in fields(cls) if f.name not in kwargs and f.default is MISSING
+               and f.default_factory is MISSING]
+    if missing:
+        raise ConfigError(f"{prefix.rstrip('.')}: missing {', '.join(repr(m) for m in missing)}")
     return cls(**kwargs)
 
 

@@ -42,8 +42,12 @@ class StepStats(NamedTuple):
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.perf_counter,
-                 model: LlamaForCausalLM | None = None) -> None:
+                 model: LlamaForCausalLM | None = None, record_logprobs: bool = False) -> None:
+        """`model`: weights already loaded (same name, dtype, device) to reuse; `record_logprobs`: keep the
+        full next-token log-distribution of every token sample 0 draws (`logprobs[request_id]`, [V] each),
+        for numerics checks."""
         self.config = config
+        self.logprobs: dict[str, list[torch.Tensor]] | None = {} if record_logprobs else None
         self.clock = clock
         self.placement: Placement = plan_placement(config, model)
         self.model = self.placement.model
@@ -145,6 +149,9 @@ class LLMEngine:
             if item.sample:
                 groups.append(self._fork(item.seq) if self._needs_fork(item.seq) else [item.seq])
         rows = [[(s.seq_id, s.seed, s.request.params) for s in group] for group in groups]
+        if self.logprobs is not None:
+            for group, row in zip(groups, logits.log_softmax(-1).cpu()):
+                self.logprobs.setdefault(group[0].request.request_id, []).append(row)
         touched: dict[str, Request] = {}
         for group, tokens in zip(groups, self.sampler.sample(logits, rows)):
             for seq, token in zip(group, tokens):

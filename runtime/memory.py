@@ -14,7 +14,7 @@ import torch
 from runtime.config import BlockTier, ConfigError
 
 GIB = 1 << 30
-CPU_DEFAULT_MEMORY_GB = 4.0  # device memory assumed on CPU when cache.device_memory_gb is null
+CPU_DEFAULT_MEMORY_GB = 1.0  # device memory assumed on CPU when cache.device_memory_gb is null
 
 
 class InsufficientMemoryError(ConfigError):

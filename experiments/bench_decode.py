@@ -1,0 +1,141 @@
+"""Paged decode attention vs torch SDPA on contiguous K/V, at the ANCHORS shapes.
+
+    python experiments/bench_decode.py [--sweep] [--record] [--results experiments/RESULTS.md]
+
+Both read the same K+V bytes (B x ctx x Hkv x D x 2 bytes x 2): the table gives each one's time and
+achieved TB/s, next to a device-to-device copy ceiling measured in the same run (bytes read +
+written), and the ratio SDPA time / paged time (>= 1.0 means the paged kernel is as fast). The paged
+cache's block tables are a random permutation of the pool, as after a long serving run.
+`--sweep` also times launch variants at block size 16. This module also holds the helpers
+bench_prefill.py uses (timing, header, recording).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kernels.paged_decode import DecodeTuning, _num_partitions, launch_paged_decode
+
+SHAPES = [(64, 4096), (256, 1024), (8, 32768), (16, 8192)]  # (batch, context): ANCHORS, then few long ones
+Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+BLOCK_SIZES = [8, 16, 32]
+SPLIT_KV_MIN_LEN = 2048  # the runtime default
+SWEEP = [DecodeTuning(*t) for t in [
+    (64, 1, 256, 4, 3), (64, 4, 256, 4, 3), (64, 8, 256, 4, 3), (64, 2, 256, 4, 2), (64, 2, 256, 4, 4),
+    (128, 2, 256, 4, 3), (32, 2, 256, 4, 3),
+]]  # fmt: skip
+
+
+def time_ms(fn) -> float:
+    """Median time of fn() in milliseconds from CUDA-graph replays (device time, no Python overhead)."""
+    import triton.testing
+
+    return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+
+
+def copy_ceiling_tbs() -> float:
+    """Device-to-device copy of 4 GiB of bf16, counting bytes read plus written."""
+    src = torch.randn(2 * 1024**3, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() * 2 / ms / 1e9
+
+
+def header(title: str) -> str:
+    import triton
+
+    return (
+        f"## {title}\n\n{datetime.date.today().isoformat()}, {torch.cuda.get_device_name()}, "
+        f"torch {torch.__version__}, triton {triton.__version__}.\n"
+        f"Command: `python {' '.join(sys.argv)}`\n"
+    )
+
+
+def record(text: str, results: Path) -> None:
+    if not results.exists():
+        results.write_text("# Measured results (every figure the docs quote: date, hardware, command)\n")
+    with results.open("a") as f:
+        f.write("\n" + text)
+
+
+def paged_inputs(batch: int, ctx: int, block_size: int, dtype: torch.dtype = torch.bfloat16):
+    blocks_per_seq = ctx // block_size
+    num_blocks = batch * blocks_per_seq
+    k_cache = torch.randn(num_blocks, block_size, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16).to(dtype)
+    v_cache = torch.randn_like(k_cache, dtype=torch.bfloat16).to(dtype)
+    tables = torch.randperm(num_blocks, device="cuda").view(batch, blocks_per_seq).to(torch.int32)
+    lens = torch.full((batch,), ctx, device="cuda", dtype=torch.int32)
+    return k_cache, v_cache, tables, lens
+
+
+def time_paged(query, kv, tuning: DecodeTuning, split_min: int = SPLIT_KV_MIN_LEN) -> float:
+    run = lambda: launch_paged_decode(
+        query, *kv, scale=HEAD_DIM**-0.5, qk_clip=None, split_kv_min_len=split_min, tuning=tuning
+    )
+    return time_ms(run)
+
+
+def runs_for(block_size: int, sweep: bool) -> list[tuple[DecodeTuning, int, torch.dtype]]:
+    """(launch, split_kv_min_len, cache dtype) to time: the defaults, plus the sweep at block size 16."""
+    runs = [(DecodeTuning(), SPLIT_KV_MIN_LEN, torch.bfloat16)]
+    if sweep and block_size == 16:
+        runs += [(t, SPLIT_KV_MIN_LEN, torch.bfloat16) for t in SWEEP]
+        runs += [(DecodeTuning(), 256, torch.bfloat16), (DecodeTuning(), 10**6, torch.bfloat16)]
+        runs += [(DecodeTuning(), SPLIT_KV_MIN_LEN, torch.float8_e4m3fn)]
+    return runs
+
+
+def time_sdpa(batch: int, ctx: int) -> float:
+    q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(batch, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="also time launch variants at block size 16")
+    parser.add_argument("--record", action="store_true", help="append the table to --results")
+    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    args = parser.parse_args()
+    copy = copy_ceiling_tbs()
+    lines = [
+        "| batch x ctx | block | cache | launch (block_n, programs/SM, min_partition, warps, stages) "
+        "| split_kv_min_len | partitions | paged ms | paged TB/s | SDPA ms | SDPA TB/s | SDPA/paged | copy TB/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for batch, ctx in SHAPES:
+        sdpa = time_sdpa(batch, ctx)
+        sdpa_tbs = batch * ctx * KV_HEADS * HEAD_DIM * 2 * 2 / sdpa / 1e9
+        query = torch.randn(batch, Q_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+        for block_size in BLOCK_SIZES:
+            for tuning, split_min, dtype in runs_for(block_size, args.sweep):
+                kv = paged_inputs(batch, ctx, block_size, dtype)
+                kv_bytes = 2 * kv[0].numel() * kv[0].element_size()  # K + V, as stored
+                parts = _num_partitions(batch * KV_HEADS, ctx, tuning, query.device) if ctx > split_min else 1
+                row = f"| {batch} x {ctx} | {block_size} | {str(dtype)[6:]} | {tuple(tuning)} | {split_min} | {parts} |"
+                try:
+                    ms = time_paged(query, kv, tuning, split_min)
+                    row += (
+                        f" {ms:.3f} | {kv_bytes / ms / 1e9:.2f} | {sdpa:.3f} | {sdpa_tbs:.2f} | {sdpa / ms:.2f} "
+                        f"| {copy:.2f} |"
+                    )
+                except Exception as exc:  # why: one failing variant must not cost the rest of the device run
+                    row += f" failed: {type(exc).__name__}: {str(exc)[:80]} |"
+                lines.append(row)
+                print(row, flush=True)
+                del kv
+    table = header("Paged decode attention vs SDPA on contiguous KV (kernels, issue 3)") + "\n" + "\n".join(lines)
+    print("\n" + table)
+    if args.record:
+        record(table + "\n", args.results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Prefill attention over the paged cache: flash-style, causal, variable lengths in one batch.
+
+Sequence b contributes q_len = qsl[b+1] - qsl[b] query tokens; its cache already holds all
+context_lens[b] positions, the chunk's own K/V included. Query i of the chunk sits at position
+context_lens[b] - q_len + i and sees positions 0..that one, so a cached prefix (chunked prefill,
+prefix-cache hit) is read like any other key:
+
+    positions  0 ............ ctx-q_len-1 | ctx-q_len ........ ctx-1
+               cached prefix (all visible)  this chunk (causal within)
+
+Program (t, h) handles one BLOCK_M tile of query rows of one sequence for query head h. Tiles are
+numbered without a device sync: sequence b owns tile numbers starting at qsl[b] // BLOCK_M + b
+(enough for its ceil(q_len / BLOCK_M) tiles; spare numbers exit at once), found by binary search.
+Key tiles before the tile's first query position need no causal mask (stage 0); the rest do (stage 1).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from kernels._checks import check_cache_pair, check_clip, check_index, check_query
+from kernels._gather import gather_kv, masked_softmax_attend
+from kernels._triton import kernel_for, next_power_of_2, tl
+
+__all__ = ["PrefillTuning", "default_tuning", "launch_paged_prefill", "paged_prefill", "paged_prefill_reference"]
+
+LOG2E = 1.4426950408889634
+
+
+class PrefillTuning(NamedTuple):
+    """Launch parameters."""
+
+    block_m: int  # query rows per program
+    block_n: int  # key positions per tile
+    num_warps: int
+    num_stages: int
+
+
+# Measured on an H200 (experiments/RESULTS.md): small tiles win until chunks average LONG_CHUNK tokens.
+SHORT_TUNING = PrefillTuning(block_m=64, block_n=64, num_warps=4, num_stages=3)
+LONG_TUNING = PrefillTuning(block_m=128, block_n=128, num_warps=8, num_stages=3)
+LONG_CHUNK = 4096
+
+
+def default_tuning(num_tokens: int, num_seqs: int) -> PrefillTuning:
+    return LONG_TUNING if num_tokens >= LONG_CHUNK * max(1, num_seqs) else SHORT_TUNING
+
+
+def _prefill_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, bt_ptr, qsl_ptr, ctx_ptr,
+    scale_log2, clip_log2, num_seqs,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_kb, stride_ko, stride_kh, stride_vb, stride_vo, stride_vh, stride_bt,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_CLIP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    # why reversed: the last tiles of a sequence see the most keys; starting them first evens the tail
+    tile = tl.num_programs(0) - 1 - tl.program_id(0)
+    head = tl.program_id(1)
+    kv_head = head // GROUP
+    lo = tl.zeros([], tl.int32)
+    hi = lo + num_seqs - 1
+    while lo < hi:  # largest b with qsl[b] // BLOCK_M + b <= tile
+        mid = (lo + hi + 1) // 2
+        goes_right = tl.load(qsl_ptr + mid) // BLOCK_M + mid <= tile
+        lo = tl.where(goes_right, mid, lo)
+        hi = tl.where(goes_right, hi, mid - 1)
+    seq = lo
+    q_start = tl.load(qsl_ptr + seq)
+    q_len = tl.load(qsl_ptr + seq + 1) - q_start
+    m0 = (tile - q_start // BLOCK_M - seq) * BLOCK_M
+    if m0 >= q_len:
+        return
+    first_pos = tl.load(ctx_ptr + seq) - q_len  # position of the chunk's first query
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    d_mask = offs_d < HEAD_DIM
+    md_mask = (offs_m < q_len)[:, None] & d_mask[None, :]
+    rows = q_start + offs_m
+    q = tl.load(q_ptr + rows[:, None] * stride_qt + head * stride_qh + offs_d[None, :], mask=md_mask, other=0.0)
+    q_pos = first_pos + offs_m  # [BLOCK_M]
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    table = bt_ptr + seq * stride_bt
+    unmasked_end = (first_pos + m0 + 1) // BLOCK_N * BLOCK_N  # every row sees keys below this
+    end = first_pos + tl.minimum(m0 + BLOCK_M, q_len)  # one past the last row's position
+    for stage in tl.static_range(2):
+        if stage == 0:
+            n_lo = 0
+            n_hi = unmasked_end
+        else:
+            n_lo = unmasked_end
+            n_hi = end
+        for n0 in range(n_lo, n_hi, BLOCK_N):
+            pos = n0 + offs_n  # [BLOCK_N]
+            if stage == 0:
+                block = tl.load(table + pos // BLOCK_SIZE).to(tl.int64)
+                nd_mask = d_mask[None, :]
+            else:
+                block = tl.load(table + pos // BLOCK_SIZE, mask=pos < end, other=0).to(tl.int64)
+                nd_mask = (pos < end)[:, None] & d_mask[None, :]
+            within = pos % BLOCK_SIZE
+            k_rows = block * stride_kb + within * stride_ko + kv_head * stride_kh
+            k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :], mask=nd_mask, other=0.0).to(q.dtype)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_M, BLOCK_N]
+            if USE_CLIP:
+                s = tl.minimum(tl.maximum(s, -clip_log2), clip_log2)
+            if stage == 1:
+                s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v_rows = block * stride_vb + within * stride_vo + kv_head * stride_vh
+            v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :], mask=nd_mask, other=0.0).to(q.dtype)
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
+            m_i = m_new
+
+    out = acc / l_i[:, None]  # every row sees position 0, so l_i > 0
+    tl.store(
+        out_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=md_mask,
+    )
+
+
+def _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, qk_clip):
+    geometry = check_cache_pair("paged_prefill", k_cache, v_cache)
+    check_query("paged_prefill", query, geometry, k_cache.device)
+    if block_tables.dim() != 2:
+        raise ValueError(f"paged_prefill: block_tables must be [B, max_blocks], got {tuple(block_tables.shape)}")
+    batch = block_tables.shape[0]
+    device = k_cache.device
+    check_index("paged_prefill", "block_tables", block_tables, tuple(block_tables.shape), torch.int32, device)
+    check_index("paged_prefill", "query_start_loc", query_start_loc, (batch + 1,), torch.int32, device)
+    check_index("paged_prefill", "context_lens", context_lens, (batch,), torch.int32, device)
+    check_clip("paged_prefill", scale, qk_clip)
+    return geometry
+
+
+def launch_paged_prefill(
+    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None,
+    tuning: PrefillTuning,
+) -> torch.Tensor:  # fmt: skip
+    """`paged_prefill` with explicit launch parameters (benchmarks sweep them)."""
+    geometry = _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, qk_clip)
+    num_tokens, num_heads, head_dim = query.shape
+    batch = block_tables.shape[0]
+    out = torch.empty_like(query)
+    if num_tokens == 0 or batch == 0:
+        return out
+    kernel = kernel_for(_prefill_kernel, query.device)
+    kernel[(num_tokens // tuning.block_m + batch, num_heads)](
+        query, k_cache, v_cache, out, block_tables, query_start_loc, context_lens,
+        scale * LOG2E, (qk_clip or 0.0) * LOG2E, batch,
+        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+        *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
+        GROUP=num_heads // geometry.num_kv_heads, HEAD_DIM=head_dim, BLOCK_D=max(16, next_power_of_2(head_dim)),
+        BLOCK_SIZE=geometry.block_size, BLOCK_M=tuning.block_m, BLOCK_N=tuning.block_n,
+        USE_CLIP=qk_clip is not None, DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+        num_warps=tuning.num_warps, num_stages=tuning.num_stages,
+    )  # fmt: skip
+    return out
+
+
+def paged_prefill(
+    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """Causal prefill attention over the paged cache (Triton).
+
+    query [T, Hq, D] (the chunks of B sequences, concatenated); block_tables [B, max_blocks] int32;
+    query_start_loc [B+1] int32 (chunk b is rows qsl[b]:qsl[b+1]); context_lens [B] int32 (total
+    positions of b including its chunk, whose K/V are already in the cache). Returns [T, Hq, D].
+    Never synchronizes with the device.
+    """
+    tuning = default_tuning(query.shape[0], block_tables.shape[0])
+    return launch_paged_prefill(
+        query,
+        k_cache,
+        v_cache,
+        block_tables,
+        query_start_loc,
+        context_lens,
+        scale=scale,
+        qk_clip=qk_clip,
+        tuning=tuning,
+    )
+
+
+def paged_prefill_reference(
+    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """Torch version of `paged_prefill`: per sequence, gather K/V and run the masked softmax in fp32."""
+    geometry = _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, qk_clip)
+    out = torch.empty_like(query)
+    starts, lens = query_start_loc.tolist(), context_lens.tolist()
+    for seq, ctx in enumerate(lens):
+        q_start, q_end = starts[seq], starts[seq + 1]
+        q_len = q_end - q_start
+        if q_len == 0:
+            continue
+        k = gather_kv(k_cache, block_tables[seq], ctx).transpose(0, 1)  # [Hkv, ctx, D]
+        v = gather_kv(v_cache, block_tables[seq], ctx).transpose(0, 1)
+        q = query[q_start:q_end].view(q_len, geometry.num_kv_heads, -1, geometry.head_dim).permute(1, 2, 0, 3)
+        q_pos = torch.arange(ctx - q_len, ctx, device=query.device)
+        visible = torch.arange(ctx, device=query.device)[None, :] <= q_pos[:, None]  # [q_len, ctx]
+        o = masked_softmax_attend(q, k, v, visible, scale, qk_clip)  # [Hkv, G, q_len, D]
+        out[q_start:q_end] = o.permute(2, 0, 1, 3).reshape(q_len, -1, geometry.head_dim).to(query.dtype)
+    return out

@@ -1,0 +1,45 @@
+"""Dispatch with use_triton=True under Triton's interpreter (run by test_kernel_interpreter.py)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # why: must precede triton's import (see kernels/_triton.py)
+
+import pytest
+import torch
+from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_error
+
+from kernels import decode_attention, prefill_attention, write_kv
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+@pytest.mark.parametrize("flash_min_len", [1, 10, 1000])
+def test_prefill_attention_mixes_flash_and_short_paths(clip: float | None, flash_min_len: int) -> None:
+    q_lens, lens = [12, 3, 0, 40, 1], [20, 3, 9, 40, 17]  # includes a sequence with no rows this step
+    kv = make_paged_kv(lens, block_size=4, num_kv_heads=2, head_dim=16, cache_dtype=torch.float32)
+    query = make_query(sum(q_lens), 8, 16, torch.float32)
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens), kv.context_lens)
+    fast = prefill_attention(*args, scale=0.25, qk_clip=clip, flash_min_len=flash_min_len, use_triton=True)
+    ref = prefill_attention(*args, scale=0.25, qk_clip=clip, flash_min_len=flash_min_len, use_triton=False)
+    assert rel_error(fast, ref) < 1e-5
+
+
+def test_decode_attention_triton_matches_torch() -> None:
+    kv = make_paged_kv([30, 9], block_size=16, num_kv_heads=2, head_dim=16, cache_dtype=torch.float32)
+    query = make_query(2, 8, 16, torch.float32)
+    outs = [
+        decode_attention(query, *kv, scale=0.25, qk_clip=0.3, split_kv_min_len=8, use_triton=flag)
+        for flag in (True, False)
+    ]
+    assert rel_error(*outs) < 1e-5
+
+
+def test_write_kv_triton_equals_torch() -> None:
+    kv = make_paged_kv([8, 8], block_size=4, num_kv_heads=2, head_dim=16, cache_dtype=torch.float32)
+    key, value = make_query(3, 2, 16, torch.float32, seed=4), make_query(3, 2, 16, torch.float32, seed=5)
+    caches = [(kv.k_cache.clone(), kv.v_cache.clone()) for _ in range(2)]
+    for (k_cache, v_cache), flag in zip(caches, (True, False)):
+        write_kv(key, value, k_cache, v_cache, torch.tensor([1, 6, 13]), use_triton=flag)
+    assert torch.equal(caches[0][0], caches[1][0])
+    assert torch.equal(caches[0][1], caches[1][1])

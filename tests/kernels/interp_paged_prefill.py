@@ -1,0 +1,54 @@
+"""Triton paged prefill under Triton's interpreter (run by test_kernel_interpreter.py in a subprocess).
+
+fp32 and fp16 queries only: the interpreter's bf16 matmul is wrong in Triton 3.9 (bf16 runs on the GPU).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # why: must precede triton's import (see kernels/_triton.py)
+
+import pytest
+import torch
+from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_error
+
+from kernels.paged_prefill import PrefillTuning, launch_paged_prefill, paged_prefill, paged_prefill_reference
+
+SMALL = PrefillTuning(block_m=16, block_n=16, num_warps=4, num_stages=1)  # many tiles per sequence
+F32, F16, FP8 = torch.float32, torch.float16, torch.float8_e4m3fn
+TOLERANCE = {F32: 1e-5, F16: 3e-3}
+
+CASES = [  # (query dtype, cache dtype, block_size, group, chunk lens, context lens, qk_clip)
+    (F32, F32, 1, 1, [5, 37], [5, 37], None),  # fresh prompts
+    (F32, F32, 4, 4, [5, 37, 16], [9, 50, 40], None),  # cached prefixes before each chunk
+    (F32, F32, 16, 4, [1, 17, 3, 40], [1, 60, 3, 40], 0.5),
+    (F32, F32, 16, 1, [33, 1, 1, 2, 16], [70, 7, 1, 18, 16], None),  # decode-like rows among chunks
+    (F32, F32, 4, 2, [20], [20], 0.3),
+    (F16, F16, 4, 4, [24, 9], [40, 9], None),
+    (F16, FP8, 16, 4, [24, 9], [40, 30], 0.4),
+]
+
+
+@pytest.mark.parametrize(("dtype", "cache_dtype", "block_size", "group", "q_lens", "lens", "clip"), CASES)
+def test_paged_prefill_matches_reference(dtype, cache_dtype, block_size, group, q_lens, lens, clip) -> None:
+    kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=2, head_dim=16, cache_dtype=cache_dtype)
+    query = make_query(sum(q_lens), 2 * group, 16, dtype)
+    qsl = query_start_loc(q_lens)
+    out = launch_paged_prefill(
+        query, kv.k_cache, kv.v_cache, kv.block_tables, qsl, kv.context_lens, scale=0.25, qk_clip=clip, tuning=SMALL
+    )
+    ref = paged_prefill_reference(
+        query, kv.k_cache, kv.v_cache, kv.block_tables, qsl, kv.context_lens, scale=0.25, qk_clip=clip
+    )
+    assert out.dtype == dtype and out.shape == query.shape
+    assert not out.isnan().any()
+    assert rel_error(out, ref) < TOLERANCE[dtype]
+
+
+def test_paged_prefill_public_wrapper_with_default_tuning_and_head_dim_24() -> None:
+    q_lens, lens = [150, 3, 64], [200, 3, 64]
+    kv = make_paged_kv(lens, block_size=8, num_kv_heads=1, head_dim=24, cache_dtype=F32)
+    query = make_query(sum(q_lens), 2, 24, F32)
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens), kv.context_lens)
+    assert rel_error(paged_prefill(*args, scale=0.2), paged_prefill_reference(*args, scale=0.2)) < 1e-5

@@ -1,0 +1,96 @@
+"""Triton kernels against their references on a CUDA device, at serving-sized shapes, in bf16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_error
+
+from kernels import paged_decode, paged_decode_reference, paged_prefill, paged_prefill_reference, prefill_attention
+from kernels.kv_write import write_kv, write_kv_reference
+from kernels.paged_decode import DecodeTuning, launch_paged_decode
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+
+
+def _lens(count: int, low: int, high: int, seed: int) -> list[int]:
+    return torch.randint(low, high, (count,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.parametrize("block_size", [1, 8, 16, 32])
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize(("split_min", "clip"), [(2048, None), (256, None), (10**6, 5.0), (512, 5.0)])
+def test_paged_decode_bf16(block_size: int, group: int, split_min: int, clip: float | None) -> None:
+    lens = [1, 2049, *_lens(10, 2, 4000, seed=block_size + group)]
+    kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=8, head_dim=128, cache_dtype=BF16, device="cuda")
+    query = make_query(len(lens), 8 * group, 128, BF16, device="cuda")
+    out = paged_decode(query, *kv, scale=128**-0.5, qk_clip=clip, split_kv_min_len=split_min)
+    ref = paged_decode_reference(query, *kv, scale=128**-0.5, qk_clip=clip)
+    assert not out.isnan().any()
+    assert rel_error(out, ref) <= 1e-2
+
+
+def test_paged_decode_with_many_partitions() -> None:
+    lens = [1, 300, 5000, 2500, 64]
+    kv = make_paged_kv(lens, block_size=16, num_kv_heads=8, head_dim=128, cache_dtype=BF16, device="cuda")
+    query = make_query(len(lens), 32, 128, BF16, device="cuda")
+    tuning = DecodeTuning(block_n=32, programs_per_sm=64, min_partition=32)
+    out = launch_paged_decode(query, *kv, scale=0.1, qk_clip=None, split_kv_min_len=100, tuning=tuning)
+    assert not out.isnan().any()
+    assert rel_error(out, paged_decode_reference(query, *kv, scale=0.1)) <= 1e-2
+
+
+@pytest.mark.parametrize("split_min", [2048, 64])
+def test_paged_decode_fp8_cache(split_min: int) -> None:
+    lens = _lens(16, 1, 3000, seed=5)
+    kv = make_paged_kv(lens, block_size=16, num_kv_heads=8, head_dim=128, cache_dtype=FP8, device="cuda")
+    query = make_query(len(lens), 32, 128, BF16, device="cuda")
+    out = paged_decode(query, *kv, scale=128**-0.5, split_kv_min_len=split_min)
+    assert not out.isnan().any()
+    assert rel_error(out, paged_decode_reference(query, *kv, scale=128**-0.5)) <= 1e-2
+
+
+@pytest.mark.parametrize("block_size", [1, 16, 32])
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("clip", [None, 5.0])
+@pytest.mark.parametrize("cache_dtype", [BF16, FP8])
+def test_paged_prefill_bf16(block_size: int, group: int, clip: float | None, cache_dtype: torch.dtype) -> None:
+    q_lens = [1, 37, 300, 1024, 129]
+    lens = [1, 100, 1000, 1024, 700]  # cached prefixes before most chunks
+    kv = make_paged_kv(
+        lens, block_size=block_size, num_kv_heads=8, head_dim=128, cache_dtype=cache_dtype, device="cuda"
+    )
+    query = make_query(sum(q_lens), 8 * group, 128, BF16, device="cuda")
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens, "cuda"), kv.context_lens)
+    out = paged_prefill(*args, scale=128**-0.5, qk_clip=clip)
+    assert not out.isnan().any()
+    assert rel_error(out, paged_prefill_reference(*args, scale=128**-0.5, qk_clip=clip)) <= 1e-2
+
+
+@pytest.mark.parametrize("head_dim", [64, 96])
+def test_paged_prefill_other_head_dims_through_dispatch(head_dim: int) -> None:
+    q_lens, lens = [5, 200, 64, 1], [50, 200, 64, 300]
+    kv = make_paged_kv(lens, block_size=16, num_kv_heads=2, head_dim=head_dim, cache_dtype=BF16, device="cuda")
+    query = make_query(sum(q_lens), 8, head_dim, BF16, device="cuda")
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens, "cuda"), kv.context_lens)
+    out = prefill_attention(*args, scale=0.1, qk_clip=None, flash_min_len=64, use_triton=True)
+    assert not out.isnan().any()
+    assert rel_error(out, paged_prefill_reference(*args, scale=0.1)) <= 1e-2
+
+
+@pytest.mark.parametrize("cache_dtype", [BF16, FP8])
+def test_write_kv_equals_reference_bit_for_bit(cache_dtype: torch.dtype) -> None:
+    kv = make_paged_kv([600, 300], block_size=16, num_kv_heads=8, head_dim=128, cache_dtype=cache_dtype, device="cuda")
+    key = make_query(500, 8, 128, BF16, device="cuda", seed=3) * 100  # large values: fp8 saturation too
+    value = make_query(500, 8, 128, BF16, device="cuda", seed=4)
+    num_slots = kv.k_cache.shape[0] * kv.k_cache.shape[1]
+    slots = torch.randperm(num_slots, device="cuda")[:500]
+    expected = [kv.k_cache.clone(), kv.v_cache.clone()]
+    write_kv_reference(key, value, *expected, slots)
+    write_kv(key, value, kv.k_cache, kv.v_cache, slots)
+    assert torch.equal(kv.k_cache.view(torch.uint8), expected[0].view(torch.uint8))
+    assert torch.equal(kv.v_cache.view(torch.uint8), expected[1].view(torch.uint8))

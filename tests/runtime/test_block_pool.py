@@ -1,0 +1,113 @@
+"""BlockPool: allocation order, LRU free queue, prefix-cache lookups and eviction, exact block ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.kv.block_pool import BlockPool, chain_hash
+
+
+def _allocate_all(pool: BlockPool) -> list[int]:
+    return [pool.allocate() for _ in range(pool.num_free)]
+
+
+def test_allocates_lowest_ids_first_with_ref_one():
+    pool = BlockPool(4, enable_caching=False)
+    assert [pool.allocate() for _ in range(3)] == [0, 1, 2]
+    assert [pool.ref_count(b) for b in range(4)] == [1, 1, 1, 0]
+    assert (pool.num_free, pool.num_used) == (1, 3)
+
+
+def test_release_puts_block_at_mru_end():
+    pool = BlockPool(4, enable_caching=False)
+    pool.allocate(), pool.allocate()
+    pool.release(0)
+    assert list(pool.free_queue) == [2, 3, 0]
+    assert _allocate_all(pool) == [2, 3, 0]
+
+
+def test_release_keeps_block_until_last_reference():
+    pool = BlockPool(2, enable_caching=False)
+    block = pool.allocate()
+    pool.acquire(block)  # a fork: no free-queue change
+    assert list(pool.free_queue) == [1]
+    pool.release(block)
+    assert (pool.ref_count(block), list(pool.free_queue)) == (1, [1])
+    pool.release(block)
+    assert (pool.ref_count(block), list(pool.free_queue)) == (0, [1, 0])
+    with pytest.raises(AssertionError, match="block 0 released with ref count 0"):
+        pool.release(block)
+
+
+def test_evicts_cached_free_blocks_in_lru_order():
+    pool = BlockPool(4, enable_caching=True)
+    _allocate_all(pool)
+    for block, h in [(0, 10), (1, 11), (2, 12)]:
+        pool.register(block, h, (block,))
+    for block in (1, 0, 2, 3):
+        pool.release(block)
+    assert pool.cached == {10: 0, 11: 1, 12: 2}  # free but still findable
+    assert pool.allocate() == 1
+    assert (pool.cached, pool.num_evictions) == ({10: 0, 12: 2}, 1)
+    assert pool.meta[1].hash is None and pool.meta[1].tokens is None
+    assert pool.allocate() == 0
+    assert (pool.cached, pool.num_evictions) == ({12: 2}, 2)
+    assert [pool.allocate(), pool.allocate()] == [2, 3]
+    assert (pool.cached, pool.num_evictions) == ({}, 3)
+
+
+def test_find_cached_rechecks_tokens_on_a_hash_collision():
+    pool = BlockPool(2, enable_caching=True)
+    block = pool.allocate()
+    pool.register(block, 99, (1, 2))
+    assert pool.find_cached(99, (1, 2)) == 0
+    assert pool.find_cached(99, (3, 4)) is None  # same hash, other tokens: a miss
+    assert pool.find_cached(98, (1, 2)) is None
+    assert pool.ref_count(0) == 1  # lookups have no side effects
+
+
+def test_acquire_takes_free_cached_block_off_the_queue():
+    pool = BlockPool(4, enable_caching=True)
+    assert [pool.allocate() for _ in range(3)] == [0, 1, 2]
+    pool.register(1, 5, (9,))
+    pool.release(1)
+    assert list(pool.free_queue) == [3, 1]
+    assert pool.find_cached(5, (9,)) == 1
+    pool.acquire(1)
+    assert (pool.ref_count(1), list(pool.free_queue), pool.num_used) == (1, [3], 3)
+    assert pool.allocate() == 3  # the hit block is not handed out again
+    assert pool.cached == {5: 1} and pool.num_evictions == 0
+    pool.release(1)
+    assert (list(pool.free_queue), pool.cached) == ([1], {5: 1})
+
+
+def test_register_is_idempotent_and_first_block_wins():
+    pool = BlockPool(3, enable_caching=True)
+    _allocate_all(pool)
+    pool.register(0, 7, (1,))
+    pool.register(0, 7, (1,))
+    pool.register(1, 7, (1,))  # same content computed twice: the cache keeps block 0
+    pool.register(0, 8, (2,))  # a block keeps its first hash
+    assert pool.cached == {7: 0}
+    assert [(m.hash, m.tokens) for m in pool.meta] == [(7, (1,)), (None, None), (None, None)]
+
+
+def test_register_is_a_no_op_without_caching():
+    pool = BlockPool(2, enable_caching=False)
+    pool.register(pool.allocate(), 7, (1,))
+    assert (pool.cached, pool.meta[0].hash, pool.num_cached) == ({}, None, 0)
+
+
+def test_reset_cache_forgets_hashes_but_keeps_free_queue():
+    pool = BlockPool(3, enable_caching=True)
+    _allocate_all(pool)
+    pool.register(2, 4, (4,))
+    pool.release(2)
+    pool.reset_cache()
+    assert (pool.cached, pool.meta[2].hash, list(pool.free_queue)) == ({}, None, [2])
+
+
+def test_chain_hash_depends_on_parent():
+    first = chain_hash(None, (1, 2))
+    assert chain_hash(first, (3, 4)) != chain_hash(chain_hash(None, (5, 6)), (3, 4))
+    assert chain_hash(first, (3, 4)) == chain_hash(chain_hash(None, (1, 2)), (3, 4))

@@ -1,0 +1,118 @@
+"""Engine behaviour: sampling, forks, aborts, rejections, memory sizing, timestamps and step stats."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime import ConfigError, SamplingParams
+from runtime.memory import InsufficientMemoryError
+from tests.factories import assert_drained, greedy, make_llm
+
+PROMPT = [5, 17, 99, 300, 42, 7, 8, 9, 10, 11]
+
+
+def sample(seed: int | None, n: int = 1, max_tokens: int = 12) -> SamplingParams:
+    return SamplingParams(n=n, temperature=1.0, top_p=0.9, top_k=50, seed=seed, max_tokens=max_tokens, ignore_eos=True)
+
+
+def test_seeded_sampling_is_reproducible_across_batches(llama_dir):
+    alone = make_llm(llama_dir, block_size=4).generate([PROMPT], sample(7), use_tqdm=False)
+    crowd = make_llm(llama_dir, block_size=4).generate([[3, 4, 5], PROMPT, [9] * 20], sample(7), use_tqdm=False)
+    other = make_llm(llama_dir, block_size=4).generate([PROMPT], sample(8), use_tqdm=False)
+    assert alone[0].outputs[0].token_ids == crowd[1].outputs[0].token_ids
+    assert alone[0].outputs[0].token_ids != other[0].outputs[0].token_ids
+
+
+def test_n4_samples_share_prompt_blocks_then_diverge(llama_dir):
+    llm = make_llm(llama_dir, block_size=4)
+    engine = llm.engine
+    engine.add_request("r", PROMPT, sample(3, n=4, max_tokens=8))
+    while not any(len(r.seqs) == 4 for r in engine.requests.values()):
+        engine.step()
+    seqs = engine.requests["r"].seqs
+    tables = [engine.kv.block_table(s) for s in seqs]
+    pool = engine.kv.pools[0]
+    # 10 prompt tokens in blocks of 4: right after the fork all four samples share all three blocks.
+    assert len({tuple(t) for t in tables}) == 1
+    assert [pool.ref_count(b) for b in tables[0]] == [4, 4, 4]
+    engine.step()
+    tables = [engine.kv.block_table(s) for s in seqs]
+    # Writing their first tokens, three samples copied the partial third block; the last kept the original.
+    assert len({tuple(t[:2]) for t in tables}) == 1
+    assert [pool.ref_count(b) for b in tables[0][:2]] == [4, 4]
+    assert len({t[2] for t in tables}) == 4
+    assert [pool.ref_count(t[2]) for t in tables] == [1, 1, 1, 1]
+    outs = []
+    while engine.has_unfinished_requests():
+        outs += [o for o in engine.step() if o.finished]
+    tokens = [c.token_ids for c in outs[0].outputs]
+    assert [c.index for c in outs[0].outputs] == [0, 1, 2, 3]
+    assert all(len(t) == 8 for t in tokens)
+    assert len({tuple(t) for t in tokens}) == 4
+    assert_drained(llm)
+
+
+def test_abort_mid_generation_frees_every_block(llama_dir):
+    llm = make_llm(llama_dir, block_size=4, enable_prefix_caching=False)
+    engine = llm.engine
+    for i in range(3):
+        engine.add_request(f"r{i}", PROMPT * (i + 1), greedy(40))
+    for _ in range(5):
+        engine.step()
+    assert sum(p.num_used for p in engine.kv.pools) > 0
+    for i in range(3):
+        engine.abort(f"r{i}")
+    outs = engine.step()
+    assert sorted((o.request_id, o.outputs[0].finish_reason) for o in outs) == [
+        ("r0", "abort"), ("r1", "abort"), ("r2", "abort")]
+    assert_drained(llm)
+
+
+def test_rejections_name_the_reason_and_never_block(llama_dir):
+    llm = make_llm(llama_dir, block_size=4, max_model_len=64)
+    engine = llm.engine
+    engine.add_request("long", list(range(3, 63)), greedy(10))
+    engine.add_request("empty", [], greedy(10))
+    engine.add_request("vocab", [1, 9999], greedy(10))
+    engine.add_request("ok", PROMPT, greedy(4))
+    reasons = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                reasons[out.request_id] = out.rejected_reason
+    assert reasons == {
+        "long": "prompt (60 tokens) + max_tokens (10) = 70 exceeds max_model_len 64",
+        "empty": "empty prompt",
+        "vocab": "prompt token ids must be in [0, 512), got range [1, 9999]",
+        "ok": None,
+    }
+    assert_drained(llm)
+
+
+def test_too_little_memory_is_a_clear_error_at_start(llama_dir):
+    with pytest.raises(InsufficientMemoryError, match=r"holds \d+ blocks but one request of 256 tokens needs 16"):
+        make_llm(llama_dir, block_size=16, device_memory_gb=0.008)
+
+
+def test_budget_below_max_model_len_without_chunking_is_a_config_error(llama_dir):
+    with pytest.raises(ConfigError, match=r"scheduler.max_num_batched_tokens \(64\) must be >= max_model_len"):
+        make_llm(llama_dir, enable_chunked_prefill=False, max_num_batched_tokens=64)
+
+
+def test_timestamps_and_step_stats(llama_dir):
+    ticks = iter(range(1, 10_000))
+    llm = make_llm(llama_dir, block_size=4)
+    engine = llm.engine
+    engine.clock = lambda: float(next(ticks))
+    engine.add_request("a", PROMPT, greedy(3), arrival_time=0.0)
+    outs = []
+    while engine.has_unfinished_requests():
+        outs += engine.step()
+    m = outs[-1].metrics
+    assert m.arrival_time == 0.0
+    assert m.first_scheduled_time < m.first_token_time == m.token_times[0]
+    assert len(m.token_times) == 3 and m.token_times == sorted(m.token_times)
+    assert m.finished_time == m.token_times[-1]
+    first = engine.step_stats[0]
+    assert (first.num_running, first.num_batched_tokens, first.kv_used_blocks) == (1, 10, 3)
+    assert (first.kv_allocated_slots, first.kv_used_slots) == (12, 10)

@@ -1,0 +1,23 @@
+"""`python -m tuner +traffic=logs.jsonl [overrides]` (Hydra 1.3; `--help`, `--cfg job` work as usual)."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from tuner.config import CONF_DIR
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from tuner.app import run  # imported here so `--help` and `--cfg` stay fast
+
+    code = run(cfg)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

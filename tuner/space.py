@@ -1,0 +1,312 @@
+"""The search space: knobs declared in `conf/search/` by dotted runtime path, sampled through Optuna.
+
+A knob is SEARCHED (an Optuna distribution), FIXED (`freeze: value`) or KEPT (`frozen: true`: the
+runtime's own value stays). A conditional knob (`when`) is active only while its parent knob is
+active and has the given value. Tier fields (`tiers.*`) are not runtime paths: `apply` turns them
+into `runtime.cache.block_tiers`:
+
+    tiers.enabled=false -> block_tiers: []                      (one tier of cache.block_size)
+    tiers.enabled=true  -> block_tiers: [{max_len: boundary,      block_size: short_block_size, share: s},
+                                         {max_len: LONG_MAX_LEN*, block_size: long_block_size,  share: 1 - s}]
+    * scheduler.max_model_len when set; the runtime stretches the last tier to max_model_len anyway.
+
+The baseline trial is the runtime config as composed, so `apply(runtime, baseline(runtime)) == runtime`
+(frozen knobs included: the baseline is the untuned config). Optuna 5 accepts an enqueued number
+outside its distribution (with a warning, and stores it under the declared range) but fails the
+trial for a categorical value that is not a choice, and nothing fits a None default such as
+max_num_batched_tokens. So `enqueue_baseline` enqueues as params only the values inside their
+distributions and carries the whole baseline in a user attr that `suggest` reads back.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from runtime.config import ConfigError, EngineConfig
+from tuner.config import ParamConfig, SearchConfig, TunerConfigError
+
+__all__ = ["BASELINE_ATTR", "LONG_TIER_MAX_LEN", "NUMERICS_NEUTRAL", "TIER_FIELDS", "Knob", "KnobMode",
+           "SearchSpace", "is_baseline"]
+
+BASELINE_ATTR = "pagetune.baseline"  # trial user attr: {knob name: value} of the baseline trial
+TIER_FIELDS = ("enabled", "boundary", "short_block_size", "long_block_size", "short_share")
+LONG_TIER_MAX_LEN = 1 << 20  # the long tier's max_len when max_model_len is unset
+# Runtime paths whose non-neutral values change the model's numerics (the quality guardrail checks them).
+NUMERICS_NEUTRAL: dict[str, Any] = {"runtime.kernel.qk_clip": None, "runtime.cache.kv_cache_dtype": "auto"}
+
+
+class KnobMode(Enum):
+    SEARCHED = "searched"  # sampled from `distribution`
+    FIXED = "fixed"  # `freeze: value`: the same value in every trial
+    KEPT = "kept"  # `frozen: true`: not set, the runtime's own value stays
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # Optuna param name and MLflow param name
+    path: str  # runtime.SECTION.FIELD or tiers.FIELD
+    mode: KnobMode
+    distribution: BaseDistribution  # validated even when not searched, so unfreezing cannot fail late
+    fixed: Any = None  # the value of a FIXED knob
+    when: tuple[str, Any] | None = None  # (parent knob, value it must have)
+
+
+def is_baseline(trial: optuna.trial.BaseTrial) -> bool:
+    """Whether `trial` is the enqueued baseline (the runtime defaults)."""
+    return BASELINE_ATTR in trial.user_attrs
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    knobs: tuple[Knob, ...]  # a conditional knob always comes after its parent
+
+    @classmethod
+    def from_config(cls, search: SearchConfig) -> SearchSpace:
+        """Check every declaration (path, type, bounds, condition); errors name search.params.NAME."""
+        knobs = {name: _knob(name, spec) for name, spec in search.params.items()}
+        _check_tiers(knobs)
+        return cls(knobs=_parents_first(knobs))
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
+        """Knob values for `trial` (FIXED knobs included, inactive and KEPT ones left out)."""
+        base = trial.user_attrs.get(BASELINE_ATTR)
+        if base is not None:
+            return self._suggest_baseline(trial, base)
+        values: dict[str, Any] = {}
+        for knob in self.knobs:
+            if self._active(knob, values) and knob.mode is not KnobMode.KEPT:
+                values[knob.name] = knob.fixed if knob.mode is KnobMode.FIXED else _suggest(trial, knob)
+        return values
+
+    def _suggest_baseline(self, trial: optuna.trial.BaseTrial, base: Mapping[str, Any]) -> dict[str, Any]:
+        values = {}
+        for knob in self.knobs:
+            if knob.name in base:  # a value inside the distribution is recorded as the trial's param
+                inside = knob.mode is KnobMode.SEARCHED and _contains(knob.distribution, base[knob.name])
+                values[knob.name] = _suggest(trial, knob) if inside else base[knob.name]
+        return values
+
+    def apply(self, runtime: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+        """A new nested runtime dict with `values` at their paths, validated by EngineConfig."""
+        by_name = {k.name: k for k in self.knobs}
+        out = copy.deepcopy(dict(runtime))
+        tiers: dict[str, Any] = {}
+        for name, value in values.items():
+            if name not in by_name:
+                raise TunerConfigError(f"unknown knob {name!r}{_close(name, list(by_name))}")
+            section, key = by_name[name].path.split(".", 1)
+            if section == "tiers":
+                tiers[key] = value
+            else:
+                _set_path(out, key, value)
+        if "enabled" in tiers:
+            out.setdefault("cache", {})["block_tiers"] = _make_tiers(tiers, out)
+        try:
+            EngineConfig.from_mapping(out)
+        except ConfigError as e:
+            raise TunerConfigError(f"runtime.{e} (knob values {dict(values)})") from None
+        return out
+
+    def baseline(self, runtime: Mapping[str, Any]) -> dict[str, Any]:
+        """The knob values of the runtime config itself, active knobs only (for `enqueue_baseline`)."""
+        tiers = _tier_values(runtime)
+        values: dict[str, Any] = {}
+        for knob in self.knobs:
+            if not self._active(knob, values) or knob.mode is KnobMode.KEPT:
+                continue
+            section, key = knob.path.split(".", 1)
+            if section == "runtime":
+                values[knob.name] = _get_path(runtime, key)
+            elif tiers is not None and key in tiers:
+                values[knob.name] = tiers[key]
+        return values
+
+    def enqueue_baseline(self, study: optuna.Study, runtime: Mapping[str, Any]) -> dict[str, Any]:
+        """Enqueue the baseline once per study (a resumed study keeps its own); returns its values."""
+        base = self.baseline(runtime)
+        if not any(BASELINE_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False)):
+            inside = {k.name: base[k.name] for k in self.knobs if k.name in base
+                      and k.mode is KnobMode.SEARCHED and _contains(k.distribution, base[k.name])}
+            study.enqueue_trial(inside, user_attrs={BASELINE_ATTR: base})
+        return base
+
+    def changes_numerics(self, values: Mapping[str, Any]) -> bool:
+        """Whether `values` set a numerics-changing knob (qk_clip, kv_cache_dtype) off its neutral value."""
+        return any(k.name in values and values[k.name] != NUMERICS_NEUTRAL[k.path]
+                   for k in self.knobs if k.path in NUMERICS_NEUTRAL)
+
+    def _active(self, knob: Knob, values: Mapping[str, Any]) -> bool:
+        if knob.when is None:
+            return True
+        parent, equals = knob.when
+        return parent in values and _same(values[parent], equals)
+
+
+# --- declarations ---------------------------------------------------------------------------------
+
+def _runtime_leaves() -> frozenset[str]:
+    def walk(node: Mapping[str, Any], prefix: str) -> list[str]:
+        keys = []
+        for key, value in node.items():
+            keys += walk(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+        return keys
+    # block_tiers is searched through tiers.*; metadata is provenance, not a knob.
+    leaves = frozenset(walk(EngineConfig().to_dict(), "runtime."))
+    return leaves - {"runtime.cache.block_tiers", "runtime.metadata"}
+
+
+_PATHS = _runtime_leaves() | {f"tiers.{f}" for f in TIER_FIELDS}
+
+
+def _knob(name: str, spec: ParamConfig) -> Knob:
+    key = f"search.params.{name}"
+    if spec.path not in _PATHS:
+        raise TunerConfigError(f"{key}.path: unknown runtime path {spec.path!r}{_close(spec.path, _PATHS)}")
+    keeps_tier_field = spec.path.startswith("tiers.") and spec.path != "tiers.enabled"
+    if spec.frozen and spec.freeze is None and keeps_tier_field:
+        raise TunerConfigError(f"{key}.frozen: a tier field has no runtime value to keep; use freeze: VALUE")
+    mode = KnobMode.FIXED if spec.freeze is not None else KnobMode.KEPT if spec.frozen else KnobMode.SEARCHED
+    when = None if spec.when is None else (spec.when.param, spec.when.equals)
+    return Knob(name, spec.path, mode, _distribution(key, spec), spec.freeze, when)
+
+
+def _distribution(key: str, spec: ParamConfig) -> BaseDistribution:
+    numeric = {"low": spec.low, "high": spec.high, "step": spec.step, "log": spec.log or None}
+    if spec.type == "categorical":
+        for field_name, value in numeric.items():
+            _require(value is None, f"{key}.{field_name}", "only int and float knobs take low/high/step/log")
+        _require(bool(spec.choices), f"{key}.choices", "a categorical knob needs a non-empty list of choices")
+        for choice in spec.choices or []:
+            _require(choice is None or isinstance(choice, bool | int | float | str), f"{key}.choices",
+                     f"choices must be null, bool, int, float or str, got {choice!r}")
+        return CategoricalDistribution(tuple(spec.choices or ()))
+    _require(spec.type in ("int", "float"), f"{key}.type",
+             f"must be categorical, int or float, got {spec.type!r}")
+    _require(spec.choices is None, f"{key}.choices", f"{spec.type} knobs take low/high, not choices")
+    _require(spec.low is not None and spec.high is not None, key, f"{spec.type} knobs need low and high")
+    low, high = float(spec.low), float(spec.high)  # type: ignore[arg-type]
+    _require(low <= high, f"{key}.low", f"must be <= high, got low={low:g} high={high:g}")
+    _require(not spec.log or low > 0, f"{key}.low", "must be > 0 with log: true")
+    _require(not (spec.log and spec.step not in (None, 1)), f"{key}.step", "cannot be used with log: true")
+    _require(spec.step is None or spec.step > 0, f"{key}.step", f"must be > 0, got {spec.step}")
+    if spec.type == "float":
+        return FloatDistribution(low, high, log=spec.log, step=spec.step)
+    for field_name, value in (("low", low), ("high", high), ("step", spec.step or 1)):
+        _require(float(value).is_integer(), f"{key}.{field_name}", f"must be an integer, got {value}")
+    return IntDistribution(int(low), int(high), log=spec.log, step=int(spec.step or 1))
+
+
+def _check_tiers(knobs: Mapping[str, Knob]) -> None:
+    fields = {k.path.split(".", 1)[1]: name for name, k in knobs.items() if k.path.startswith("tiers.")}
+    if fields:
+        missing = [f"tiers.{f}" for f in TIER_FIELDS if f not in fields]
+        _require(not missing, "search.params", f"tier knobs need every tier field; missing {missing}")
+
+
+def _parents_first(knobs: Mapping[str, Knob]) -> tuple[Knob, ...]:
+    ordered: dict[str, Knob] = {}
+
+    def visit(name: str, seen: tuple[str, ...]) -> None:
+        knob = knobs[name]
+        if name in ordered:
+            return
+        if knob.when is not None:
+            parent = knob.when[0]
+            key = f"search.params.{name}.when.param"
+            _require(parent in knobs, key, f"unknown knob {parent!r}{_close(parent, list(knobs))}")
+            _require(parent not in seen, key, f"conditions form a cycle: {' -> '.join((*seen, parent))}")
+            visit(parent, (*seen, parent))
+        ordered[name] = knob
+
+    for name in knobs:
+        visit(name, (name,))
+    return tuple(ordered.values())
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+def _suggest(trial: optuna.trial.BaseTrial, knob: Knob) -> Any:
+    d = knob.distribution
+    if isinstance(d, CategoricalDistribution):
+        return trial.suggest_categorical(knob.name, d.choices)
+    if isinstance(d, IntDistribution):
+        return trial.suggest_int(knob.name, d.low, d.high, step=d.step, log=d.log)
+    assert isinstance(d, FloatDistribution)
+    return trial.suggest_float(knob.name, d.low, d.high, step=d.step, log=d.log)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and both bool or both not (True == 1 in Python, but not as a knob value)."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _contains(d: BaseDistribution, value: Any) -> bool:
+    if isinstance(d, CategoricalDistribution):
+        return any(_same(value, c) for c in d.choices)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(d, IntDistribution):
+        return isinstance(value, int) and d.low <= value <= d.high and (value - d.low) % d.step == 0
+    assert isinstance(d, FloatDistribution)
+    on_grid = d.step is None or abs(round((value - d.low) / d.step) * d.step - (value - d.low)) < 1e-9
+    return d.low <= value <= d.high and on_grid
+
+
+def _get_path(runtime: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = runtime
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _set_path(runtime: dict[str, Any], dotted: str, value: Any) -> None:
+    *sections, leaf = dotted.split(".")
+    node = runtime
+    for part in sections:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def _make_tiers(tiers: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if not tiers["enabled"]:
+        return []
+    share = round(tiers["short_share"], 6)  # a float step leaves 0.7000000000000001 in best.yaml otherwise
+    long_max_len = runtime.get("scheduler", {}).get("max_model_len") or LONG_TIER_MAX_LEN
+    return [{"max_len": tiers["boundary"], "block_size": tiers["short_block_size"], "share": share},
+            {"max_len": long_max_len, "block_size": tiers["long_block_size"], "share": round(1.0 - share, 6)}]
+
+
+def _tier_values(runtime: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The tier fields that reproduce the runtime's block_tiers, or None when two tiers cannot."""
+    current = list(runtime.get("cache", {}).get("block_tiers", []))
+    if not current:
+        return {"enabled": False}
+    if len(current) != 2:
+        return None
+    short, long = current
+    values = {"enabled": True, "boundary": short["max_len"], "short_block_size": short["block_size"],
+              "long_block_size": long["block_size"], "short_share": short["share"]}
+    return values if _make_tiers(values, runtime) == current else None
+
+
+def _close(word: str, options: Any) -> str:
+    close = difflib.get_close_matches(word, sorted(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise TunerConfigError(f"{key}: {message}")

@@ -1,0 +1,101 @@
+"""Parent side of trial isolation: start the worker, hand it a trial, survive whatever happens to it.
+
+A trial that raises or runs out of memory comes back as an outcome; a worker that dies (a crash,
+SIGKILL) or a trial past its timeout costs the worker, which is replaced before the next trial.
+Either way the study goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+from collections.abc import Callable, Sequence
+
+from tuner.traffic import TrafficRequest
+from tuner.trial import TrialJob, TrialOutcome, TrialStatus
+from tuner.worker import worker_main
+
+OnProgress = Callable[[int, float], bool]  # (requests finished, partial goodput) -> keep going?
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"worker process killed by {signal.Signals(-code).name}"
+    return f"worker process exited with code {code}"
+
+
+class WorkerSupervisor:
+    def __init__(self, cpu_threads: int | None = None, memory_limit_gb: float | None = None) -> None:
+        self.cpu_threads = cpu_threads
+        self.memory_limit_gb = memory_limit_gb
+        self._ctx = mp.get_context("spawn")  # no inherited MLflow/SQLAlchemy/CUDA state
+        self._proc = None
+        self._conn = None
+        self._sent: set[str] = set()
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=worker_main, args=(child, self.cpu_threads, self.memory_limit_gb),
+                                       daemon=True, name="pagetune-worker")
+        self._proc.start()
+        child.close()
+        self._conn, self._sent = parent, set()
+
+    def _discard(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        if self._proc is not None:
+            self._proc.join(timeout=10)
+        self._proc, self._conn = None, None
+        self.restarts += 1
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._proc is not None:
+            self._proc.join(timeout=5)
+            if self._proc.is_alive():
+                self._proc.kill()
+        self._proc, self._conn = None, None
+
+    def run(self, job: TrialJob, requests: Sequence[TrafficRequest], on_progress: OnProgress,
+            timeout_s: float) -> TrialOutcome:
+        """Run `job` in the worker; never raises for anything the trial or the worker does."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        try:
+            if job.traffic_key not in self._sent:
+                self._conn.send(("traffic", job.traffic_key, tuple(requests)))
+                self._sent.add(job.traffic_key)
+            self._conn.send(("job", job))
+            return self._wait(on_progress, timeout_s)
+        except (BrokenPipeError, EOFError, ConnectionResetError, OSError):
+            return self._died()
+
+    def _wait(self, on_progress: OnProgress, timeout_s: float) -> TrialOutcome:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._discard()
+                return TrialOutcome(TrialStatus.timeout,
+                                    reason=f"timed out after {timeout_s:g} s (tuner.trial_timeout_s)")
+            if self._conn.poll(min(remaining, 0.5)):
+                message = self._conn.recv()
+                if message[0] == "result":
+                    return message[1]
+                keep = on_progress(message[1], message[2])
+                self._conn.send(("continue",) if keep else ("stop",))
+            elif not self._proc.is_alive():
+                return self._died()
+
+    def _died(self) -> TrialOutcome:
+        code = self._proc.exitcode if self._proc is not None else None
+        self._discard()
+        return TrialOutcome(TrialStatus.died, reason=_exit_reason(code))

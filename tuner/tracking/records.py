@@ -1,0 +1,136 @@
+"""What pagetune records about a study and its trials, independent of where it is recorded.
+
+Pure functions: they turn a trial's params, metrics and latencies into the strings, floats and CSV
+text that MLflow (or the JSONL fallback) stores. Every string that could hold a URL is masked here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from typing import Any, NamedTuple
+
+from tuner.redact import mask_text
+
+# Tag keys: the study and trial identity that lets any worker find the runs again.
+TAG_STUDY = "pagetune.study"
+TAG_ROLE = "pagetune.role"  # "study" on the parent, "trial" on each child
+TAG_TRIAL = "pagetune.trial_number"
+TAG_REASON = "pagetune.failure_reason"
+TAG_SKIPPED = "pagetune.skipped_metrics"
+TAG_TRUNCATED = "pagetune.truncated_params"
+TAG_PARENT = "mlflow.parentRunId"  # MLflow's own key: the UI nests children under the parent with it
+ROLE_STUDY = "study"
+ROLE_TRIAL = "trial"
+
+CONFIG_ARTIFACT = "config.yaml"
+LATENCY_ARTIFACT = "latencies.csv"
+REASON_ARTIFACT = "failure.txt"
+WORKER_DIED = "worker died"
+
+MAX_PARAM_CHARS = 500
+MAX_TAG_CHARS = 5000  # MLflow allows 8000; the full text of a long reason goes to failure.txt
+_ELLIPSIS = "..."
+
+
+class TrackingError(RuntimeError):
+    """The tracking store is unreachable or refused a write; the message holds only masked URIs."""
+
+
+class RunState(str, Enum):
+    """How a run ends. Never RUNNING: pagetune always closes what it opens."""
+
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
+class OnUnreachable(str, Enum):
+    """What to do when the tracking store cannot be reached."""
+
+    FAIL = "fail"  # raise TrackingError before any trial runs
+    CONTINUE = "continue"  # warn, record nothing in MLflow, write every payload to a JSONL file
+
+
+class Metrics(NamedTuple):
+    finite: dict[str, float]
+    skipped: tuple[str, ...]  # names whose values were NaN or infinite, sorted
+
+
+class Params(NamedTuple):
+    values: dict[str, str]
+    truncated: tuple[str, ...]  # names whose values were cut to MAX_PARAM_CHARS, sorted
+
+
+def truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - len(_ELLIPSIS)] + _ELLIPSIS
+
+
+def stringify(value: Any) -> str:
+    """A param value as text: strings as they are, everything else as JSON (`true`, `null`, `[1, 2]`)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Enum):
+        return str(value.value)
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def params_to_strings(params: Mapping[str, Any]) -> Params:
+    values: dict[str, str] = {}
+    truncated: list[str] = []
+    for key, value in params.items():
+        text = mask_text(stringify(value))
+        if len(text) > MAX_PARAM_CHARS:
+            truncated.append(key)
+        values[key] = truncate(text, MAX_PARAM_CHARS)
+    return Params(values, tuple(sorted(truncated)))
+
+
+def split_metrics(metrics: Mapping[str, float]) -> Metrics:
+    finite: dict[str, float] = {}
+    skipped: list[str] = []
+    for key, value in metrics.items():
+        number = float(value)
+        if math.isfinite(number):
+            finite[key] = number
+        else:
+            skipped.append(key)
+    return Metrics(finite, tuple(sorted(skipped)))
+
+
+def tags_to_strings(tags: Mapping[str, Any]) -> dict[str, str]:
+    return {key: truncate(mask_text(stringify(value)), MAX_TAG_CHARS) for key, value in tags.items()}
+
+
+def latency_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows as CSV; the columns are every key in order of first appearance, missing cells empty."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def json_safe(value: Any) -> Any:
+    """A masked value strict JSON can hold: non-finite floats become "nan"/"inf"/"-inf", never lost."""
+    if isinstance(value, Enum):
+        return json_safe(value.value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (int, float, bool)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return mask_text(str(value))

@@ -1,0 +1,290 @@
+"""MLflow tracking of a study: one parent run per study, one child run per trial.
+
+Call order: ``check()`` once before any trial (it returns the tracker to use, which is a
+:class:`FallbackTracker` when the store is unreachable and the user chose to continue), then
+``start_study``; per trial either ``log_trial`` or ``begin_trial`` ... ``end_trial``; after a worker
+died, ``mark_stale_running``; at the end ``log_study_artifacts`` and ``finish_study``.
+
+Idempotent by design, because studies resume and several workers share one study:
+- the parent is found by its ``pagetune.study`` tag; concurrent creators converge on the oldest;
+- a trial's child is found by its ``pagetune.trial_number`` tag and replaced on a retry;
+- every run ends FINISHED, FAILED or KILLED, never RUNNING.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from sqlalchemy.exc import SQLAlchemyError
+
+from tuner.redact import mask_text, mask_url
+from tuner.tracking import runs
+from tuner.tracking.fallback import FallbackTracker, is_offline
+from tuner.tracking.probe import probe
+from tuner.tracking.records import (
+    CONFIG_ARTIFACT,
+    LATENCY_ARTIFACT,
+    ROLE_STUDY,
+    ROLE_TRIAL,
+    TAG_PARENT,
+    TAG_ROLE,
+    TAG_STUDY,
+    TAG_TRIAL,
+    TAG_TRUNCATED,
+    WORKER_DIED,
+    OnUnreachable,
+    RunState,
+    TrackingError,
+    latency_csv,
+    params_to_strings,
+    tags_to_strings,
+)
+
+__all__ = ["Tracker"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_STORE_ERRORS = (MlflowException, SQLAlchemyError, OSError)
+# A parent is trusted once it is this much older than now: a concurrent creator's run, stamped
+# earlier but committed later, would have to take longer than this to appear (see start_study).
+PARENT_SETTLE_S = 1.0
+
+
+class Tracker:
+    """Logs a study to the MLflow store at ``uri`` under ``experiment``.
+
+    ``fallback_path`` receives the JSONL payloads when the store is unreachable and
+    ``on_unreachable`` is ``continue``; ``artifact_location`` is used only when the experiment is
+    created (None: MLflow's default for the store).
+    """
+
+    enabled = True
+
+    def __init__(self, uri: str, experiment: str, on_unreachable: OnUnreachable | str = OnUnreachable.FAIL,
+                 *, fallback_path: Path | str = Path("tracking-fallback.jsonl"),
+                 artifact_location: str | None = None, probe_timeout_s: float = 3.0) -> None:
+        if not experiment:
+            raise ValueError("tracking.experiment must be a non-empty name")
+        self.uri = uri
+        self.experiment = experiment
+        self.on_unreachable = OnUnreachable(on_unreachable)
+        self.fallback_path = Path(fallback_path)
+        self.artifact_location = artifact_location
+        self.probe_timeout_s = probe_timeout_s
+        self._experiment_id: str | None = None  # resolved once, by check() or the first write
+
+    @functools.cached_property
+    def _client(self) -> MlflowClient:
+        # Built on first use, after check()'s probe: MlflowClient opens a database store at once,
+        # and MLflow retries an unreachable database for minutes.
+        return MlflowClient(tracking_uri=self.uri)
+
+    @property
+    def masked_uri(self) -> str:
+        return mask_url(self.uri)
+
+    # ---- reachability -------------------------------------------------------------------------
+
+    def check(self) -> Tracker | FallbackTracker:
+        """Fail fast, before any trial, if the store cannot be reached (or fall back, by option)."""
+        result = probe(self.uri, self.probe_timeout_s)
+        detail = result.detail
+        if result.reachable:
+            try:
+                self._experiment()
+                return self
+            except _STORE_ERRORS as err:
+                detail = _describe(err)
+        message = f"MLflow tracking store {self.masked_uri} is unreachable ({detail})"
+        if self.on_unreachable is OnUnreachable.FAIL:
+            raise TrackingError(f"{message}; start it, fix tracking.uri, or set "
+                                "tracking.on_unreachable=continue to run without MLflow")
+        logger.warning("%s. TRACKING IS DISABLED for this run: nothing goes to MLflow; every trial "
+                       "payload is appended to %s instead.", message, self.fallback_path)
+        return FallbackTracker(self.fallback_path, message)
+
+    def _experiment(self) -> str:
+        if self._experiment_id is None:
+            self._experiment_id = runs.get_or_create_experiment(self._client, self.experiment,
+                                                                 self.artifact_location)
+        return self._experiment_id
+
+    def _offline(self) -> FallbackTracker:
+        """Where calls about a run that was already handed out offline go."""
+        return FallbackTracker(self.fallback_path, "run started while the store was unreachable")
+
+    def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T]) -> T:
+        """Run a store write; on a store error raise (fail) or send the payload to the fallback file."""
+        try:
+            return action()
+        except _STORE_ERRORS as err:
+            message = f"writing to MLflow tracking store {self.masked_uri} failed ({_describe(err)})"
+            if self.on_unreachable is OnUnreachable.FAIL:
+                raise TrackingError(message) from None  # the chained error could show the raw URI
+            logger.warning("%s; this payload goes to %s instead", message, self.fallback_path)
+            return offline(FallbackTracker(self.fallback_path, message))
+
+    # ---- study --------------------------------------------------------------------------------
+
+    def start_study(self, study_name: str, config_yaml: str, tags: Mapping[str, Any]) -> str:
+        """The id of the study's one parent run, found (resume, other workers) or created."""
+        return self._guard(lambda: self._start_study(study_name, config_yaml, tags),
+                           lambda fb: fb.start_study(study_name, config_yaml, tags))
+
+    def _start_study(self, study_name: str, config_yaml: str, tags: Mapping[str, Any]) -> str:
+        experiment_id = self._experiment()
+        parent = self._settled_parent(experiment_id, study_name)
+        if parent is not None:
+            if parent.info.status != "RUNNING":  # a resumed study is running again
+                self._client.update_run(parent.info.run_id, status="RUNNING")
+            return parent.info.run_id
+        all_tags = {**tags_to_strings(tags), TAG_STUDY: study_name, TAG_ROLE: ROLE_STUDY}
+        mine = self._client.create_run(experiment_id, tags=all_tags, run_name=study_name).info.run_id
+        winner = self._settled_parent(experiment_id, study_name)
+        if winner is None or winner.info.run_id == mine:
+            self._client.log_text(mine, mask_text(config_yaml), CONFIG_ARTIFACT)
+            return mine
+        runs.discard(self._client, mine)  # a concurrent worker's parent is older: use it
+        return winner.info.run_id
+
+    def _settled_parent(self, experiment_id: str, study_name: str) -> Run | None:
+        """The oldest parent of the study, once it is old enough that no older one can still appear.
+
+        Creators stamp start_time before their insert commits, so a run stamped earlier may become
+        visible later. Waiting until the oldest visible parent is PARENT_SETTLE_S old and searching
+        again makes every worker pick the same run unless an insert takes longer than that.
+        """
+        while True:
+            parents = runs.find_parents(self._client, experiment_id, study_name)
+            if not parents:
+                return None
+            wait_s = parents[0].info.start_time / 1000 + PARENT_SETTLE_S - time.time()
+            if wait_s <= 0:
+                return parents[0]
+            time.sleep(wait_s)
+
+    def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path],
+                            metrics: Mapping[str, float]) -> None:
+        """Attach study-level files (plots, report) and metrics (best values) to the parent run."""
+        if is_offline(parent_run_id):
+            self._offline().log_study_artifacts(parent_run_id, files, metrics)
+            return
+        self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics),
+                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics))
+
+    def _log_study_artifacts(self, parent_run_id: str, files: Sequence[Path],
+                             metrics: Mapping[str, float]) -> None:
+        for path in files:
+            self._client.log_artifact(parent_run_id, str(path))
+        runs.log_metrics(self._client, parent_run_id, metrics)
+
+    def finish_study(self, parent_run_id: str, state: RunState | str = RunState.FINISHED) -> None:
+        state = RunState(state)
+        if is_offline(parent_run_id):
+            self._offline().finish_study(parent_run_id, state)
+            return
+        self._guard(lambda: self._client.set_terminated(parent_run_id, state.value),
+                    lambda fb: fb.finish_study(parent_run_id, state))
+
+    # ---- trials -------------------------------------------------------------------------------
+
+    def log_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
+                  metrics: Mapping[str, float], state: RunState | str, reason: str | None,
+                  config_yaml: str, latency_rows: Sequence[Mapping[str, Any]],
+                  extra_tags: Mapping[str, Any]) -> str:
+        """Record one finished trial as one closed child run; returns its run id."""
+        run_id = self.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags)
+        self.end_trial(run_id, metrics, state, reason, latency_rows)
+        return run_id
+
+    def begin_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
+                    config_yaml: str, extra_tags: Mapping[str, Any]) -> str:
+        """Open the trial's child run (RUNNING), replacing any earlier run of the same trial number."""
+        if is_offline(parent_run_id):
+            return self._offline().begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags)
+        return self._guard(
+            lambda: self._begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags),
+            lambda fb: fb.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags))
+
+    def _begin_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
+                     config_yaml: str, extra_tags: Mapping[str, Any]) -> str:
+        parent = self._client.get_run(parent_run_id)
+        experiment_id = parent.info.experiment_id
+        study = parent.data.tags.get(TAG_STUDY, "")
+        # A retry after a crash or a resume: the new attempt replaces the old run (params in MLflow
+        # are immutable, and stale artifacts such as failure.txt must not survive a success).
+        for old in runs.find_children(self._client, experiment_id, parent_run_id, trial_number):
+            runs.discard(self._client, old.info.run_id)
+        tags = {**tags_to_strings(extra_tags), TAG_PARENT: parent_run_id, TAG_STUDY: study,
+                TAG_ROLE: ROLE_TRIAL, TAG_TRIAL: str(int(trial_number))}
+        run_id = self._client.create_run(experiment_id, tags=tags, run_name=f"trial-{trial_number}").info.run_id
+        try:
+            strings = params_to_strings(params)
+            runs.log_params(self._client, run_id, strings.values)
+            if strings.truncated:
+                runs.log_tags(self._client, run_id, {TAG_TRUNCATED: ",".join(strings.truncated)})
+            self._client.log_text(run_id, mask_text(config_yaml), CONFIG_ARTIFACT)
+        except _STORE_ERRORS:
+            # The payload goes to the fallback (or the error up); this half-written run must not
+            # stay RUNNING.
+            with contextlib.suppress(*_STORE_ERRORS):
+                self._client.set_terminated(run_id, RunState.FAILED.value)
+            raise
+        return run_id
+
+    def end_trial(self, run_id: str, metrics: Mapping[str, float], state: RunState | str,
+                  reason: str | None, latency_rows: Sequence[Mapping[str, Any]]) -> None:
+        """Log the trial's results and close its run in ``state``."""
+        state = RunState(state)
+        if is_offline(run_id):
+            self._offline().end_trial(run_id, metrics, state, reason, latency_rows)
+            return
+        self._guard(lambda: self._end_trial(run_id, metrics, state, reason, latency_rows),
+                    lambda fb: fb.end_trial(run_id, metrics, state, reason, latency_rows))
+
+    def _end_trial(self, run_id: str, metrics: Mapping[str, float], state: RunState, reason: str | None,
+                   latency_rows: Sequence[Mapping[str, Any]]) -> None:
+        try:
+            runs.log_metrics(self._client, run_id, metrics)
+            if latency_rows:
+                self._client.log_text(run_id, latency_csv(latency_rows), LATENCY_ARTIFACT)
+            if reason:
+                runs.log_reason(self._client, run_id, reason)
+        finally:
+            # Close the run even when a write failed, so it never stays RUNNING.
+            self._client.set_terminated(run_id, state.value)
+
+    def mark_stale_running(self, parent_run_id: str, alive_trial_numbers: Collection[int]) -> list[int]:
+        """Close as FAILED ("worker died") every RUNNING child whose trial is not alive; their numbers."""
+        if is_offline(parent_run_id):
+            return []
+        return self._guard(lambda: self._mark_stale_running(parent_run_id, set(alive_trial_numbers)),
+                           lambda fb: fb.mark_stale_running(parent_run_id, alive_trial_numbers))
+
+    def _mark_stale_running(self, parent_run_id: str, alive: set[int]) -> list[int]:
+        experiment_id = self._client.get_run(parent_run_id).info.experiment_id
+        closed: list[int] = []
+        for run in runs.find_children(self._client, experiment_id, parent_run_id, running_only=True):
+            number = int(run.data.tags[TAG_TRIAL])
+            if number in alive:
+                continue
+            runs.log_reason(self._client, run.info.run_id, WORKER_DIED)
+            self._client.set_terminated(run.info.run_id, RunState.FAILED.value)
+            closed.append(number)
+        return sorted(closed)
+
+
+def _describe(err: BaseException) -> str:
+    first_line = (str(err).strip().splitlines() or [""])[0]
+    return mask_text(f"{type(err).__name__}: {first_line}")

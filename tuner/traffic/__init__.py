@@ -1,0 +1,59 @@
+"""Traffic: recorded request logs in, replayable requests out.
+
+    records   TrafficRequest, TrafficLoad, SkippedLine, TrafficError, the limits
+    reader    bounded, numbered lines of a plain or gzip file
+    fields    one JSON line and its validated fields; ParsedLine, LineError
+    tokens    deterministic prompt tokens (shared prefixes, byte-level text synthesis)
+    native, mooncake, azure, openai_log   one module per format (each documents its shape)
+    formats   the registry and content-based detection
+    loader    load_traffic
+    select    select (window, sample, cap, time scale), split_windows (search / validation)
+    stats     length_percentiles, max_model_len_candidates
+    synth     synthetic traffic generator (python -m tuner.traffic.synth --help)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.traffic.formats import FORMATS
+from tuner.traffic.loader import load_traffic
+from tuner.traffic.records import (
+    MAX_LINE_BYTES,
+    MAX_TOKENS,
+    SkippedLine,
+    TrafficError,
+    TrafficLoad,
+    TrafficRequest,
+)
+from tuner.traffic.select import Windows, rebase, select, split_windows
+from tuner.traffic.stats import (
+    LengthPercentile,
+    MaxLenCandidate,
+    length_percentiles,
+    max_model_len_candidates,
+)
+from tuner.traffic.tokens import TOKEN_ID_OFFSET
+
+SAMPLE_TRAFFIC = Path(__file__).resolve().parent.parent / "data" / "sample.jsonl"  # the project's own sample
+
+__all__ = [
+    "FORMATS",
+    "MAX_LINE_BYTES",
+    "MAX_TOKENS",
+    "SAMPLE_TRAFFIC",
+    "TOKEN_ID_OFFSET",
+    "LengthPercentile",
+    "MaxLenCandidate",
+    "SkippedLine",
+    "TrafficError",
+    "TrafficLoad",
+    "TrafficRequest",
+    "Windows",
+    "length_percentiles",
+    "load_traffic",
+    "max_model_len_candidates",
+    "rebase",
+    "select",
+    "split_windows",
+]

@@ -1,0 +1,65 @@
+"""Length statistics of a traffic, for sizing `max_model_len` and reporting.
+
+Percentiles are nearest-rank: the q-th percentile is the smallest logged value that at least q% of
+the requests do not exceed (always a value that occurs, an integer, and exactly the share a limit at
+that value admits). `max_model_len_candidates` rounds the total-length (prompt + output)
+percentiles up to a multiple of 256 (whole KV blocks for every power-of-two block size up to 256),
+and gives for each the share of requests it would reject.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from tuner.traffic.records import TrafficError, TrafficRequest
+
+CANDIDATE_MULTIPLE = 256
+
+
+class LengthPercentile(NamedTuple):
+    q: float  # percent, in (0, 100]
+    prompt_tokens: int
+    output_tokens: int
+    total_tokens: int  # of prompt + output per request (not the sum of the two percentiles)
+
+
+class MaxLenCandidate(NamedTuple):
+    max_model_len: int
+    rejected_share: float  # of the requests, needing prompt + output > max_model_len
+
+
+def _nearest_rank(ordered: Sequence[int], q: float) -> int:
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
+
+
+def _check(requests: Sequence[TrafficRequest], qs: Sequence[float]) -> None:
+    if not requests:
+        raise TrafficError("length statistics need at least one request")
+    for q in qs:
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 100:
+            raise TrafficError(f"percentiles must be in (0, 100], got {q!r}")
+
+
+def length_percentiles(requests: Sequence[TrafficRequest],
+                       qs: Sequence[float] = (50, 90, 99, 100)) -> tuple[LengthPercentile, ...]:
+    """Nearest-rank percentiles of prompt, output and total length, one row per q."""
+    _check(requests, qs)
+    prompts = sorted(r.prompt_tokens for r in requests)
+    outputs = sorted(r.output_tokens for r in requests)
+    totals = sorted(r.total_tokens for r in requests)
+    return tuple(LengthPercentile(q, _nearest_rank(prompts, q), _nearest_rank(outputs, q),
+                                  _nearest_rank(totals, q)) for q in qs)
+
+
+def max_model_len_candidates(requests: Sequence[TrafficRequest], qs: Sequence[float] = (50, 90, 99, 100),
+                             multiple: int = CANDIDATE_MULTIPLE) -> list[MaxLenCandidate]:
+    """Distinct max_model_len values (total-length percentiles rounded up to `multiple`), ascending,
+    each with the share of requests it rejects."""
+    _check(requests, qs)
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise TrafficError(f"multiple must be an integer >= 1, got {multiple!r}")
+    totals = sorted(r.total_tokens for r in requests)
+    limits = sorted({-(-_nearest_rank(totals, q) // multiple) * multiple for q in qs})
+    return [MaxLenCandidate(limit, sum(t > limit for t in totals) / len(totals)) for limit in limits]
