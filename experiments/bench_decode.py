@@ -6,7 +6,8 @@ Both read the same K+V bytes (B x ctx x Hkv x D x 2 bytes x 2): the table gives 
 achieved TB/s, next to a device-to-device copy ceiling measured in the same run (bytes read +
 written), and the ratio SDPA time / paged time (>= 1.0 means the paged kernel is as fast). The paged
 cache's block tables are a random permutation of the pool, as after a long serving run.
-`--sweep` also times launch variants at block size 16. This module also holds the helpers
+`--sweep` also times launch variants at block size 16. Times are medians of CUDA events around
+eager calls (each call is long enough to hide its launch). This module also holds the helpers
 bench_prefill.py uses (timing, header, recording).
 """
 
@@ -32,18 +33,21 @@ SWEEP = [DecodeTuning(*t) for t in [
 ]]  # fmt: skip
 
 
-def time_ms(fn) -> float:
-    """Median time of fn() in milliseconds from CUDA-graph replays (device time, no Python overhead)."""
+def time_ms(fn, *, graph: bool) -> float:
+    """Median time of fn() in ms: CUDA events around eager calls, or around CUDA-graph replays of many
+    calls (device time without Python launch overhead, for work too short to hide it)."""
     import triton.testing
 
-    return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+    if graph:
+        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
 
 
 def copy_ceiling_tbs() -> float:
     """Device-to-device copy of 4 GiB of bf16, counting bytes read plus written."""
     src = torch.randn(2 * 1024**3, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src))
+    ms = time_ms(lambda: dst.copy_(src), graph=False)  # why eager: a captured copy runs on the copy engines
     return 2 * src.numel() * 2 / ms / 1e9
 
 
@@ -78,16 +82,17 @@ def time_paged(query, kv, tuning: DecodeTuning, split_min: int = SPLIT_KV_MIN_LE
     run = lambda: launch_paged_decode(
         query, *kv, scale=HEAD_DIM**-0.5, qk_clip=None, split_kv_min_len=split_min, tuning=tuning
     )
-    return time_ms(run)
+    return time_ms(run, graph=False)
 
 
-def runs_for(block_size: int, sweep: bool) -> list[tuple[DecodeTuning, int, torch.dtype]]:
-    """(launch, split_kv_min_len, cache dtype) to time: the defaults, plus the sweep at block size 16."""
+def runs_for(block_size: int, ctx: int, sweep: bool) -> list[tuple[DecodeTuning, int, torch.dtype]]:
+    """(launch, split_kv_min_len, cache dtype) to time: the defaults at every block size; at 16 also
+    split-KV off (where it would split) and an fp8 cache, and with --sweep the launch variants."""
     runs = [(DecodeTuning(), SPLIT_KV_MIN_LEN, torch.bfloat16)]
-    if sweep and block_size == 16:
-        runs += [(t, SPLIT_KV_MIN_LEN, torch.bfloat16) for t in SWEEP]
-        runs += [(DecodeTuning(), 256, torch.bfloat16), (DecodeTuning(), 10**6, torch.bfloat16)]
+    if block_size == 16:
+        runs += [(DecodeTuning(), 10**6, torch.bfloat16)] if ctx > SPLIT_KV_MIN_LEN else []
         runs += [(DecodeTuning(), SPLIT_KV_MIN_LEN, torch.float8_e4m3fn)]
+        runs += [(t, SPLIT_KV_MIN_LEN, torch.bfloat16) for t in SWEEP] if sweep else []
     return runs
 
 
@@ -95,7 +100,7 @@ def time_sdpa(batch: int, ctx: int) -> float:
     q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(batch, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
-    return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+    return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), graph=False)
 
 
 def main() -> None:
@@ -115,7 +120,7 @@ def main() -> None:
         sdpa_tbs = batch * ctx * KV_HEADS * HEAD_DIM * 2 * 2 / sdpa / 1e9
         query = torch.randn(batch, Q_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         for block_size in BLOCK_SIZES:
-            for tuning, split_min, dtype in runs_for(block_size, args.sweep):
+            for tuning, split_min, dtype in runs_for(block_size, ctx, args.sweep):
                 kv = paged_inputs(batch, ctx, block_size, dtype)
                 kv_bytes = 2 * kv[0].numel() * kv[0].element_size()  # K + V, as stored
                 parts = _num_partitions(batch * KV_HEADS, ctx, tuning, query.device) if ctx > split_min else 1

@@ -47,10 +47,10 @@ def time_sdpa(seqs: int, length: int) -> float:
     v = torch.randn_like(k)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         try:
-            return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+            return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), graph=True)
         except RuntimeError:  # why: a flash build without GQA support; expanded K/V cost it the same FLOPs
             k, v = (t.repeat_interleave(Q_HEADS // KV_HEADS, dim=1) for t in (k, v))
-            return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+            return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), graph=True)
 
 
 def main() -> None:
@@ -76,7 +76,7 @@ def main() -> None:
             )
             row = f"| {seqs} x {length} | {tuple(tuning)} |"
             try:
-                ms = time_ms(run)
+                ms = time_ms(run, graph=True)
                 row += (
                     f" {ms:.3f} | {tokens / ms / 1e3:.2f} | {flops / ms / 1e9:.0f} | {sdpa:.3f} | "
                     f"{tokens / sdpa / 1e3:.2f} | {flops / sdpa / 1e9:.0f} | {sdpa / ms:.2f} |"

@@ -72,7 +72,7 @@ def summarize(result: ReplayResult, slo: SloConfig, peak_memory_gb: float) -> di
     good = sum(meets_slo(r, slo) for r in rows)
     itl = [b - a for r in result.records for a, b in zip(r.token_times, r.token_times[1:])]
     duration = result.duration_s
-    prompt = sum(r.prompt_tokens for r in result.records)
+    prompt = sum(r.prompt_tokens for r in result.records if r.rejected_reason is None)  # rejected: never cached
     metrics = {
         "requests": float(len(rows)),
         "completed": float(len(done)),

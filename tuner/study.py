@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 import yaml
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import AppConfig, StorageBackend, build_pruner, build_sampler, build_storage
 from tuner.locking import study_lock
@@ -114,14 +114,20 @@ class TrialRunner:
 
 
 def trials_counted(study: optuna.Study) -> int:
-    """Trials that use the budget: all but the ones waiting in the queue."""
-    return sum(t.state is not TrialState.WAITING for t in study.get_trials(deepcopy=False))
+    """Trials that use the budget: all but the queued ones and the stale ones that were re-queued."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
+    return sum(t.state is not TrialState.WAITING and t.number not in retried for t in trials)
 
 
 def run_search(study: optuna.Study, runner: TrialRunner, n_trials: int, timeout_s: float | None) -> None:
     """Run trials until the study holds `n_trials` (a resumed study continues to that total)."""
+    def stop_at_budget(study: optuna.Study, _trial: FrozenTrial) -> None:
+        if trials_counted(study) >= n_trials:
+            study.stop()
+
     if trials_counted(study) >= n_trials:
         log.info("study %s already holds %d trials: nothing to run", study.study_name, trials_counted(study))
         return
-    study.optimize(runner, callbacks=[optuna.study.MaxTrialsCallback(n_trials, states=None)],
-                   catch=(TrialFailed,), timeout=timeout_s, gc_after_trial=False)
+    study.optimize(runner, callbacks=[stop_at_budget], catch=(TrialFailed,), timeout=timeout_s,
+                   gc_after_trial=False)

@@ -44,6 +44,29 @@ def test_paged_decode_with_many_partitions() -> None:
     assert rel_error(out, paged_decode_reference(query, *kv, scale=0.1)) <= 1e-2
 
 
+@pytest.mark.parametrize(("lens", "block_size"), [([1024] * 256, 8), ([7000, 3000, 5, 8000], 16)])
+def test_paged_decode_replays_under_cuda_graph(lens: list[int], block_size: int) -> None:
+    # The runtime captures decode steps: the launch must capture, and replays must read live inputs.
+    kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=8, head_dim=128, cache_dtype=BF16, device="cuda")
+    query = make_query(len(lens), 32, 128, BF16, device="cuda")
+    run = lambda: paged_decode(query, *kv, scale=128**-0.5, split_kv_min_len=2048)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()  # compile outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    for seed in (7, 8):
+        query.copy_(make_query(len(lens), 32, 128, BF16, device="cuda", seed=seed))
+        for _ in range(20):
+            graph.replay()
+        torch.cuda.synchronize()
+        assert not out.isnan().any()
+        assert rel_error(out, paged_decode_reference(query, *kv, scale=128**-0.5)) <= 1e-2
+
+
 @pytest.mark.parametrize("split_min", [2048, 64])
 def test_paged_decode_fp8_cache(split_min: int) -> None:
     lens = _lens(16, 1, 3000, seed=5)

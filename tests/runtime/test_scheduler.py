@@ -20,7 +20,7 @@ def _add(sched, *seqs):
 
 def test_decodes_are_scheduled_before_prefills():
     sched = make_scheduler(make_manager(block_size=4, num_blocks=16), budget=6)
-    (b,) = _add(sched, make_seq([1, 2], 0, arrival=0.0, priority=1))
+    _add(sched, make_seq([1, 2], 0, arrival=0.0, priority=1))
     assert plan(run_step(sched)) == [(0, 0, 2, True)]
     _add(sched, make_seq(list(range(20)), 1, arrival=1.0, priority=0))
     assert plan(run_step(sched)) == [(0, 2, 1, True), (1, 0, 5, False)]
@@ -78,7 +78,7 @@ def _two_running(mode: str, num_cpu_blocks: int = 0):
 
 
 def test_recompute_preempts_the_newest_and_admits_nothing_that_step():
-    kv, sched, a, b = _two_running("recompute")
+    kv, sched, _, b = _two_running("recompute")
     (c,) = _add(sched, make_seq([3], 2, arrival=2.0, priority=-1))  # would fit once B is gone
     out = run_step(sched)
     assert plan(out) == [(0, 4, 1, True)]

@@ -1,0 +1,102 @@
+"""`python -m tuner` end to end, in a subprocess, once per traffic format (tiny model on CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runtime import EngineConfig
+from tests.tuner.cli import SHARED_TRACES, mlflow_runs, run_tuner, study_trials, tuner_args
+from tuner.traffic import SAMPLE_TRAFFIC
+
+
+def _openai_log(path: Path) -> Path:
+    lines = []
+    for i in range(16):
+        messages = [{"role": "system", "content": "You are a helpful assistant. " * 8},
+                    {"role": "user", "content": f"question {i}: " + "tell me more " * (3 + i)}]
+        lines.append(json.dumps({"created": 1_700_000_000 + i // 2, "request": {"messages": messages},
+                                 "usage": {"prompt_tokens": 40 + 3 * i, "completion_tokens": 8 + i}}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _traffic(kind: str, tmp: Path) -> tuple[Path, list[str]]:
+    if kind == "native":
+        return SAMPLE_TRAFFIC, []
+    if kind == "openai":
+        return _openai_log(tmp / "requests.jsonl"), []
+    path = SHARED_TRACES / {"azure": "azure_llm_2023_code.csv", "mooncake": "mooncake_fast25_synthetic_trace.jsonl"}[kind]
+    if not path.exists():
+        pytest.skip(f"{path} is not here (the shared traces live outside the project)")
+    return path, ["replay.long_prompts=truncate"]
+
+
+def check_exports(out: Path) -> EngineConfig:
+    best = EngineConfig.from_yaml(out / "best.yaml")
+    assert best.metadata["study"] and best.metadata["traffic_sha256"]
+    vllm = yaml.safe_load((out / "vllm.yaml").read_text())
+    assert vllm["block-size"] == best.cache.block_size or best.cache.block_tiers
+    assert vllm["max-num-seqs"] == best.scheduler.max_num_seqs
+    report = (out / "report.md").read_text()
+    assert "## Metrics: search window" in report and "## Metrics: validation window" in report
+    assert sorted(p.name for p in (out / "plots").iterdir()) == [
+        "latency_cdf.png", "optimization_history.png", "param_importances.png"]
+    return best
+
+
+def check_mlflow(tmp: Path, study: str, n_trials: int) -> None:
+    client, parents, children = mlflow_runs(tmp, study)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert sorted(int(c.data.tags["pagetune.trial_number"]) for c in children) == list(range(n_trials))
+    assert all(c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for c in children)
+    for child in children:
+        assert child.info.status in ("FINISHED", "FAILED", "KILLED")
+        assert "block_size" in child.data.params or "use_tiers" in child.data.params
+        artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
+        assert "config.yaml" in artifacts
+        if child.info.status == "FINISHED" and "goodput_rps" in child.data.metrics:
+            assert "latencies.csv" in artifacts
+    assert any("goodput_rps" in c.data.metrics for c in children)
+    parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"best.yaml", "vllm.yaml", "report.md"} <= parent_files
+
+
+@pytest.mark.parametrize("kind", ["native", "openai", "azure", "mooncake"])
+def test_cli_end_to_end_per_format(kind, tmp_path):
+    traffic, extra = _traffic(kind, tmp_path)
+    result = run_tuner(tuner_args(tmp_path, traffic, *extra, study=kind), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "best.yaml:" in result.stdout and "mlflow ui --backend-store-uri" in result.stdout
+    check_exports(tmp_path / f"out-{kind}")
+    trials = study_trials(tmp_path, kind)
+    assert len(trials) == 2 and trials[0].user_attrs["pagetune.baseline"]
+    check_mlflow(tmp_path, kind, 2)
+
+
+def test_missing_traffic_is_a_one_line_error(tmp_path):
+    args = [a for a in tuner_args(tmp_path, SAMPLE_TRAFFIC) if not a.startswith("+traffic=")]
+    result = run_tuner(args, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: traffic is not set: pass the request log, e.g. `python -m tuner +traffic=logs.jsonl`")
+
+
+def test_bad_traffic_line_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "prompt_tokens": 8, "output_tokens": 4}\n{"timestamp": 1, "prompt_tokens": -3, '
+                   '"output_tokens": 4}\n')
+    result = run_tuner(tuner_args(tmp_path, bad), cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {bad}:2: ")
+
+
+def test_help_and_cfg_job_behave_like_hydra(tmp_path):
+    help_out = run_tuner(["python", "-m", "tuner", "--help"], cwd=tmp_path, timeout=120)
+    assert help_out.returncode == 0 and "== Config ==" in help_out.stdout
+    cfg = run_tuner(tuner_args(tmp_path, SAMPLE_TRAFFIC)[:4] + ["--cfg", "job"], cwd=tmp_path, timeout=120)
+    assert cfg.returncode == 0, cfg.stderr[-2000:]
+    assert yaml.safe_load(cfg.stdout)["traffic"] == str(SAMPLE_TRAFFIC)

@@ -1,0 +1,167 @@
+"""Trial isolation with real faults: the supervisor's spawned worker on the tiny CPU engine, no mocks.
+
+Every test checks the outcome the study sees (status and reason), then that the same supervisor runs
+an ordinary trial to completion afterwards: the parent never dies, a lost worker is replaced.
+One supervisor serves the whole module (a worker start costs seconds of imports), so the tests
+read `restarts` and `pid` relative to their own start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.tuner.tuner_factories import burst, job, tiny_runtime
+from tuner.supervisor import WorkerSupervisor
+from tuner.trial import TrialOutcome, TrialStatus
+
+MEMORY_LIMIT_GB = 2.5  # the worker's address space after imports is ~1 GiB: room for tiny trials, not for 8 GB
+SHORT = burst(4)  # a few tenths of a second of work
+# ~100 x 200 decode steps one request at a time: tens of seconds, far past any timeout below.
+LONG = burst(100, prompt_len=16, output_tokens=200)
+LONG_RUNTIME = tiny_runtime(scheduler={"max_num_seqs": 1, "max_model_len": 256})
+keep_going = lambda done, goodput: True
+
+
+@pytest.fixture(scope="module")
+def supervisor():
+    sup = WorkerSupervisor(cpu_threads=1, memory_limit_gb=MEMORY_LIMIT_GB)
+    yield sup
+    sup.close()
+
+
+def run_normal(sup: WorkerSupervisor) -> TrialOutcome:
+    """An ordinary trial: it must complete with every request measured."""
+    outcome = sup.run(job(tiny_runtime(), "short"), SHORT, keep_going, timeout_s=60)
+    assert (outcome.status, outcome.reason) == (TrialStatus.ok, None)
+    assert (outcome.metrics["completed"], outcome.metrics["rejections"]) == (4.0, 0.0)
+    return outcome
+
+
+def test_model_weights_are_reused_across_trials_and_setup_time_is_reported(supervisor):
+    seeded = tiny_runtime(model={"seed": 7})  # a model no other test loads: the first trial must load it
+    first = supervisor.run(job(seeded, "short"), SHORT, keep_going, timeout_s=60)
+    second = supervisor.run(job(seeded, "short"), SHORT, keep_going, timeout_s=60)
+    other_knobs = supervisor.run(job(tiny_runtime(model={"seed": 7}, cache={"block_size": 8}), "short"), SHORT,
+                                 keep_going, timeout_s=60)
+    assert [o.status for o in (first, second, other_knobs)] == [TrialStatus.ok] * 3
+    assert [o.model_reused for o in (first, second, other_knobs)] == [False, True, True]
+    assert 0.0 < second.setup_s < first.setup_s  # the engine build alone, without the model load
+    assert 0.0 < other_knobs.setup_s < first.setup_s
+
+
+def test_config_the_engine_refuses_at_start_is_infeasible(supervisor):
+    run_normal(supervisor)
+    pid, restarts = supervisor.pid, supervisor.restarts
+    tiny_pool = tiny_runtime(cache={"device_memory_gb": 0.01})
+    outcome = supervisor.run(job(tiny_pool, "short"), SHORT, keep_going, timeout_s=60)
+    assert outcome.status is TrialStatus.infeasible
+    assert outcome.reason.startswith(
+        "cache: KV pool of tier 0 (block_size 16) holds 0 blocks but one request of 128 tokens needs 8.")
+    assert outcome.metrics == {}
+    run_normal(supervisor)
+    assert (supervisor.pid, supervisor.restarts) == (pid, restarts)  # the worker itself was fine
+
+
+def test_missing_model_is_infeasible_with_the_loaders_message(supervisor):
+    outcome = supervisor.run(job(tiny_runtime(model={"name": "/nonexistent/model"}), "short"), SHORT, keep_going,
+                             timeout_s=60)
+    assert outcome.status is TrialStatus.infeasible
+    assert outcome.reason.startswith("model '/nonexistent/model' is neither a preset (tiny, ")
+    assert outcome.reason.endswith(") nor a local folder with config.json")
+    run_normal(supervisor)
+
+
+def test_trial_that_raises_is_an_error_with_type_and_place(supervisor, llama_dir, tmp_path):
+    """A checkpoint whose weights file is truncated: safetensors raises from inside the model load."""
+    broken = Path(tmp_path / "truncated")
+    broken.mkdir()
+    (broken / "config.json").write_bytes((llama_dir / "config.json").read_bytes())
+    weights = next(llama_dir.glob("*.safetensors")).read_bytes()
+    (broken / "model.safetensors").write_bytes(weights[:1000])
+    run_normal(supervisor)
+    pid, restarts = supervisor.pid, supervisor.restarts
+    outcome = supervisor.run(job(tiny_runtime(model={"name": str(broken)}), "short"), SHORT, keep_going,
+                             timeout_s=60)
+    assert outcome.status is TrialStatus.error
+    assert outcome.reason.startswith("SafetensorError: Error while deserializing header")
+    assert re.search(r" \(at \S+/runtime/model/loader\.py:\d+\)$", outcome.reason)  # where it was raised
+    run_normal(supervisor)
+    assert (supervisor.pid, supervisor.restarts) == (pid, restarts)
+
+
+def test_trial_past_the_memory_limit_is_oom(supervisor):
+    run_normal(supervisor)
+    cap = int(MEMORY_LIMIT_GB * (1 << 30))
+    assert resource.prlimit(supervisor.pid, resource.RLIMIT_AS) == (cap, cap)  # the worker's address-space cap
+    pid, restarts = supervisor.pid, supervisor.restarts
+    # ~7 GiB of KV planned: the pool's K and V tensors (~3.6 GiB each) cannot be mapped under the cap.
+    huge_pool = tiny_runtime(cache={"device_memory_gb": 8.0})
+    outcome = supervisor.run(job(huge_pool, "short"), SHORT, keep_going, timeout_s=60)
+    assert outcome.status is TrialStatus.oom
+    assert outcome.reason.startswith("RuntimeError: ")
+    assert re.search(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate \d+ bytes", outcome.reason)
+    assert re.search(r" \(at \S+/runtime/runner\.py:\d+\)$", outcome.reason)  # allocating the KV pool
+    run_normal(supervisor)
+    assert (supervisor.pid, supervisor.restarts) == (pid, restarts)  # the failed allocation cost no worker
+
+
+def test_trial_past_its_timeout_is_killed_and_the_worker_replaced(supervisor):
+    run_normal(supervisor)  # a warm worker: the timeout below is spent replaying, not importing
+    pid, restarts = supervisor.pid, supervisor.restarts
+    start = time.monotonic()
+    outcome = supervisor.run(job(LONG_RUNTIME, "long"), LONG, keep_going, timeout_s=2.0)
+    assert 2.0 <= time.monotonic() - start < 15.0
+    assert (outcome.status, outcome.reason) == (TrialStatus.timeout, "timed out after 2 s (tuner.trial_timeout_s)")
+    assert (supervisor.pid, supervisor.restarts) == (None, restarts + 1)
+    run_normal(supervisor)
+    assert supervisor.pid not in (None, pid)
+
+
+def test_worker_killed_mid_trial_is_died_and_replaced(supervisor):
+    run_normal(supervisor)
+    pid, restarts = supervisor.pid, supervisor.restarts
+    replaying = threading.Event()
+
+    def kill_once_replaying() -> None:
+        if replaying.wait(timeout=60):  # the first progress report: the trial is mid-replay
+            time.sleep(1.0)
+            os.kill(pid, signal.SIGKILL)
+
+    def note_progress(done: int, goodput: float) -> bool:
+        replaying.set()
+        return True
+
+    killer = threading.Thread(target=kill_once_replaying)
+    killer.start()
+    outcome = supervisor.run(job(LONG_RUNTIME, "long", report_every=1), LONG, note_progress, timeout_s=120)
+    killer.join()
+    assert (outcome.status, outcome.reason) == (TrialStatus.died, "worker process killed by SIGKILL")
+    assert (supervisor.pid, supervisor.restarts) == (None, restarts + 1)
+    run_normal(supervisor)
+    assert supervisor.pid not in (None, pid)
+
+
+def test_progress_callback_returning_false_prunes_the_trial(supervisor):
+    reports: list[int] = []
+
+    def prune_at_first_report(done: int, goodput: float) -> bool:
+        reports.append(done)
+        assert goodput > 0.0  # partial goodput: the first two requests, well inside the default SLO
+        return False
+
+    outcome = supervisor.run(job(tiny_runtime(), "burst8", report_every=2), burst(8), prune_at_first_report,
+                             timeout_s=60)
+    assert (outcome.status, outcome.reason) == (TrialStatus.pruned, "pruned on partial goodput")
+    assert reports == [2]
+    assert (outcome.metrics["requests"], len(outcome.latency_rows)) == (2.0, 2)
+    pid = supervisor.pid
+    run_normal(supervisor)
+    assert supervisor.pid == pid

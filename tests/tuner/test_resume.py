@@ -1,0 +1,70 @@
+"""Rerunning the same command resumes the study; a run killed midway loses nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from optuna.trial import TrialState
+
+from tests.tuner.cli import mlflow_runs, run_tuner, study_trials, tuner_args
+from tuner.traffic import SAMPLE_TRAFFIC
+
+FAST_HEARTBEAT = ["storage.heartbeat_interval_s=1", "storage.grace_period_s=2"]
+
+
+def test_rerun_with_a_larger_budget_continues_the_study(tmp_path):
+    first = run_tuner(tuner_args(tmp_path, SAMPLE_TRAFFIC, study="r", trials=2), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_tuner(tuner_args(tmp_path, SAMPLE_TRAFFIC, study="r", trials=3), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    trials = study_trials(tmp_path, "r")
+    assert [t.number for t in trials] == [0, 1, 2]
+    assert sum("pagetune.baseline" in t.user_attrs for t in trials) == 1
+    _, parents, children = mlflow_runs(tmp_path, "r")
+    assert len(parents) == 1 and len(children) == 3
+
+
+def _wait_for_running_trial(tmp_path, proc, deadline_s: float = 240) -> None:
+    """Until trial 0 is complete and trial 1 is running (read straight from the Optuna database)."""
+    start = time.monotonic()
+    while time.monotonic() - start < deadline_s:
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        if (tmp_path / "optuna.db").exists():
+            try:
+                states = [t.state for t in study_trials(tmp_path, "k")]
+            except Exception:  # the study or its tables may not exist yet
+                states = []
+            if states[:2] == [TrialState.COMPLETE, TrialState.RUNNING]:
+                return
+        time.sleep(0.2)
+    raise AssertionError("trial 1 never started")
+
+
+def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path):
+    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *FAST_HEARTBEAT, "replay.time_scale=1", study="k", trials=3)
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        _wait_for_running_trial(tmp_path, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the tuner and its worker, mid-trial
+        proc.wait()
+    time.sleep(3)  # past the grace period: trial 1 is stale
+    rerun = run_tuner(args, cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    trials = study_trials(tmp_path, "k")
+    assert trials[1].state is TrialState.FAIL  # failed by heartbeat...
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == 1]
+    assert len(retry) == 1 and retry[0].state is TrialState.COMPLETE  # ...and retried with its parameters
+    assert retry[0].params == trials[1].params
+    finished = [t for t in trials if t.state is TrialState.COMPLETE]
+    assert len(finished) == 3
+    _, parents, children = mlflow_runs(tmp_path, "k")
+    assert len(parents) == 1
+    assert all(c.info.status != "RUNNING" for c in children)
+    dead = [c for c in children if c.data.tags["pagetune.trial_number"] == "1"]
+    assert [c.info.status for c in dead] == ["FAILED"]
