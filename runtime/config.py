@@ -96,11 +96,19 @@ class CacheConfig:
                f"shares must sum to 1, got {total:.4g}")
 
     def tiers(self, max_model_len: int) -> tuple[BlockTier, ...]:
-        """The effective tiers: the configured ones, or one tier of `block_size`; the last ends at max_model_len."""
+        """The effective tiers for an engine of `max_model_len`.
+
+        Without tiers: one tier of `block_size`. With tiers: the first tier whose max_len reaches
+        max_model_len becomes the last and ends there; tiers past it would never be used, so they are
+        dropped and the shares of the kept ones are scaled back up to 1.
+        """
         if not self.block_tiers:
             return (BlockTier(max_len=max_model_len, block_size=self.block_size, share=1.0),)
-        last = self.block_tiers[-1]
-        return (*self.block_tiers[:-1], replace(last, max_len=max_model_len))
+        kept = [t for t in self.block_tiers if t.max_len < max_model_len]
+        last = self.block_tiers[len(kept)] if len(kept) < len(self.block_tiers) else self.block_tiers[-1]
+        kept = [t for t in kept if t is not last] + [replace(last, max_len=max_model_len)]
+        total = sum(t.share for t in kept)
+        return tuple(replace(t, share=t.share / total) for t in kept)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ class LLMEngine:
             self.kv, max_num_seqs=config.scheduler.max_num_seqs,
             max_num_batched_tokens=self.placement.max_num_batched_tokens,
             chunked_prefill=config.scheduler.enable_chunked_prefill,
-            preemption_mode=config.scheduler.preemption_mode)
+            preemption_mode=config.scheduler.preemption_mode, policy=config.scheduler.policy)
         self.runner = ModelRunner(self.model, self.kv, config.kernel, self.placement.kv_dtype,
                                   self.placement.memory.num_cpu_blocks, self.placement.device)
         self.sampler = Sampler()

@@ -16,13 +16,18 @@ from runtime.scheduler import SchedulerOutput
 
 
 def allocate_caches(layout: tuple[int, int, int], block_sizes: Iterable[int], num_blocks: Iterable[int],
-                    dtype: torch.dtype, device: torch.device, pin: bool = False) -> list[KVCache]:
+                    dtype: torch.dtype, device: torch.device, swap: bool = False) -> list[KVCache]:
+    """Device pools are zeroed: kernels read whole blocks and mask the tail, and 0 x garbage can be NaN.
+    Swap pools are left uninitialised (host pages are only committed when a block is swapped out, and
+    a swapped-out block is always written whole before it is read back); pinned when the device is CUDA."""
     layers, kv_heads, head_dim = layout
+    pin = swap and torch.cuda.is_available()
+    make = torch.empty if swap else torch.zeros
     caches = []
     for bs, n in zip(block_sizes, num_blocks):
         shape = (layers, n, bs, kv_heads, head_dim)  # [L, N, block_size, Hkv, D]
-        caches.append(KVCache(torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin),
-                              torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)))
+        caches.append(KVCache(make(shape, dtype=dtype, device=device, pin_memory=pin),
+                              make(shape, dtype=dtype, device=device, pin_memory=pin)))
     return caches
 
 
@@ -49,7 +54,7 @@ class ModelRunner:
         sizes = [t.block_size for t in kv.tiers]
         self.caches = allocate_caches(model.layout, sizes, [t.num_blocks for t in kv.tiers], kv_dtype, device)
         self.cpu_caches = allocate_caches(model.layout, sizes, num_cpu_blocks, kv_dtype, torch.device("cpu"),
-                                          pin=device.type == "cuda" and any(num_cpu_blocks))
+                                          swap=True)
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> torch.Tensor:

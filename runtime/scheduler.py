@@ -46,15 +46,17 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(self, kv: KVCacheManager, *, max_num_seqs: int, max_num_batched_tokens: int,
-                 chunked_prefill: bool, preemption_mode: str) -> None:
+                 chunked_prefill: bool, preemption_mode: str, policy: str = "fcfs") -> None:
         self.kv = kv
+        # fcfs: arrival order; priority: lower `priority` first, then arrival.
+        self.key = _fcfs_key if policy == "fcfs" else _priority_key
         self.max_num_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
         self.chunked = chunked_prefill
         self.swap = preemption_mode == "swap"
-        self.waiting: list[Sequence] = []  # sorted by Sequence.sort_key
-        self.running: list[Sequence] = []  # sorted by Sequence.sort_key
-        self.swapped: list[Sequence] = []  # sorted by Sequence.sort_key
+        self.waiting: list[Sequence] = []  # sorted by self.key
+        self.running: list[Sequence] = []  # sorted by self.key
+        self.swapped: list[Sequence] = []  # sorted by self.key
 
     @property
     def num_unfinished(self) -> int:
@@ -62,12 +64,12 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
-        bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
+        bisect.insort(self.waiting, seq, key=self.key)
 
     def add_running(self, seq: Sequence) -> None:
         """A forked sibling joins the running set directly (it shares its parent's blocks)."""
         seq.status = SeqStatus.RUNNING
-        bisect.insort(self.running, seq, key=lambda s: s.sort_key)
+        bisect.insort(self.running, seq, key=self.key)
 
     def remove(self, seq: Sequence) -> None:
         """Take a finished or aborted sequence out of whichever queue holds it and free its blocks."""
@@ -79,9 +81,13 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         step = _Step(self.budget)
-        decodes = [s for s in self.running if s.is_decode]
-        prefills = [s for s in self.running if not s.is_decode]
-        for seq in decodes + prefills:
+        decodes, prefills = [], []
+        for s in self.running:
+            (decodes if s.is_decode else prefills).append(s)
+        for seq in decodes:
+            if seq.status is SeqStatus.RUNNING and step.budget > 0:
+                self._schedule_decode(seq, step)
+        for seq in prefills:
             if seq.status is SeqStatus.RUNNING and step.budget > 0:
                 self._schedule_running(seq, step)
         if step.num_preempted == 0:
@@ -103,16 +109,32 @@ class Scheduler:
             return seq.num_uncomputed
         return budget if self.chunked else 0
 
-    def _schedule_running(self, seq: Sequence, step: _Step) -> None:
-        n = self._chunk(seq, step.budget)
-        if n == 0:
-            return
-        while not self.kv.can_allocate(seq, n):
+    def _schedule_decode(self, seq: Sequence, step: _Step) -> None:
+        """The hot path: one token, always sampled."""
+        copies = self.kv.try_allocate(seq, 1)
+        while copies is None:
             victim = self.running[-1]  # lowest priority / newest
             self._preempt(victim, step)
             if victim is seq:
                 return
-        step.add(seq, n, self.kv.allocate_slots(seq, n))
+            copies = self.kv.try_allocate(seq, 1)
+        step.scheduled[seq.seq_id] = ScheduledSeq(seq, seq.num_computed_tokens, 1, True)
+        if copies:
+            step.copies[seq.seq_id] = copies
+        step.budget -= 1
+
+    def _schedule_running(self, seq: Sequence, step: _Step) -> None:
+        n = self._chunk(seq, step.budget)
+        if n == 0:
+            return
+        copies = self.kv.try_allocate(seq, n)
+        while copies is None:
+            victim = self.running[-1]  # lowest priority / newest
+            self._preempt(victim, step)
+            if victim is seq:
+                return
+            copies = self.kv.try_allocate(seq, n)
+        step.add(seq, n, copies)
 
     def _preempt(self, seq: Sequence, step: _Step) -> None:
         step.unschedule(seq)
@@ -122,7 +144,7 @@ class Scheduler:
         if self.swap and self.kv.can_swap_out(seq):
             step.swap_out.extend(self.kv.swap_out(seq))
             seq.status = SeqStatus.SWAPPED
-            bisect.insort(self.swapped, seq, key=lambda s: s.sort_key)
+            bisect.insort(self.swapped, seq, key=self.key)
             return
         self.kv.free(seq)
         seq.num_computed_tokens = 0
@@ -132,14 +154,16 @@ class Scheduler:
     def _swap_in(self, step: _Step) -> None:
         while self.swapped and len(self.running) < self.max_num_seqs and step.budget > 0:
             seq = self.swapped[0]
-            if not self.kv.can_swap_in(seq):
+            # With nothing running the watermark is waived, so a swapped sequence always comes back.
+            if not self.kv.can_swap_in(seq, keep_watermark=bool(self.running)):
                 return
             self.swapped.pop(0)
             step.swap_in.extend(self.kv.swap_in(seq))
             self.add_running(seq)
             n = self._chunk(seq, step.budget)
-            if n and self.kv.can_allocate(seq, n):
-                step.add(seq, n, self.kv.allocate_slots(seq, n))
+            copies = self.kv.try_allocate(seq, n) if n else None
+            if copies is not None:
+                step.add(seq, n, copies)
 
     def _admit_waiting(self, step: _Step) -> None:
         while self.waiting and len(self.running) < self.max_num_seqs and step.budget > 0:
@@ -151,18 +175,27 @@ class Scheduler:
                 seq.prefix_checked = True
             n = self._chunk(seq, step.budget)
             # With nothing running the watermark is waived, so a request that fits the pool always runs.
-            if n == 0 or not self.kv.can_allocate(seq, n, keep_watermark=bool(self.running)):
+            copies = self.kv.try_allocate(seq, n, keep_watermark=bool(self.running)) if n else None
+            if copies is None:
                 self._release_prefix(seq)
                 return
             self.waiting.pop(0)
             self.add_running(seq)
-            step.add(seq, n, self.kv.allocate_slots(seq, n))
+            step.add(seq, n, copies)
 
     def _release_prefix(self, seq: Sequence) -> None:
         """A waiting head that cannot start yet gives its prefix-cache blocks back (no hoarding)."""
         self.kv.free(seq)
         seq.num_computed_tokens = 0
         seq.prefix_checked = False
+
+
+def _fcfs_key(seq: Sequence) -> tuple[float, int]:
+    return (seq.request.arrival_time, seq.seq_id)
+
+
+def _priority_key(seq: Sequence) -> tuple[int, float, int]:
+    return (seq.request.priority, seq.request.arrival_time, seq.seq_id)
 
 
 class _Step:
@@ -179,7 +212,8 @@ class _Step:
     def add(self, seq: Sequence, n: int, copies: list[BlockCopy]) -> None:
         sample = seq.num_computed_tokens + n == seq.num_tokens
         self.scheduled[seq.seq_id] = ScheduledSeq(seq, seq.num_computed_tokens, n, sample)
-        self.copies[seq.seq_id] = copies
+        if copies:
+            self.copies[seq.seq_id] = copies
         self.budget -= n
 
     def unschedule(self, seq: Sequence) -> None:

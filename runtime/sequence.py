@@ -76,7 +76,3 @@ class Sequence:
         """True when exactly the last sampled token is left to compute (prompt done)."""
         return self.num_uncomputed == 1 and self.num_computed_tokens >= self.num_prompt_tokens
 
-    @property
-    def sort_key(self) -> tuple[int, float, int]:
-        """Scheduling order: priority (lower first), then arrival, then id."""
-        return (self.request.priority, self.request.arrival_time, self.seq_id)

@@ -24,7 +24,8 @@ from tuner.redact import mask_text, mask_url
 from tuner.space import SearchSpace
 from tuner.study import TrialRunner, open_study, run_search, trials_counted
 from tuner.supervisor import WorkerSupervisor
-from tuner.tracking import RunState, Tracker
+from tuner.locking import store_lock
+from tuner.tracking import RunState, Tracker, TrackingError
 from tuner.traffic import TrafficError, TrafficLoad, load_traffic, select, split_windows
 from tuner.trial import TrialOutcome, TrialStatus
 from tuner.validate import pick, validate
@@ -64,8 +65,13 @@ def run(cfg: DictConfig) -> int:
                       max_requests=app.replay.max_requests, sample=app.replay.sample, seed=app.replay.seed,
                       time_scale=app.replay.time_scale)
     windows = split_windows(requests, app.validation.holdout_fraction)
-    tracker = Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
-                      fallback_path=out_dir / "tracking-fallback.jsonl").check()
+    try:
+        with store_lock(app.tracking.uri, "mlflow-tables"):  # workers starting together on a fresh store
+            tracker = Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
+                              fallback_path=out_dir / "tracking-fallback.jsonl").check()
+    except TrackingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     parent = tracker.start_study(app.tuner.study_name, OmegaConf.to_yaml(cfg),
                                  {"pagetune.traffic_sha256": traffic.sha256,
                                   "pagetune.storage": mask_url(app.storage.url)})

@@ -1,7 +1,9 @@
-"""A lock shared by every worker of one study, so the baseline is enqueued exactly once.
+"""A lock shared by every worker of one store, for the few steps that must not race.
 
-PostgreSQL storage: a session-level advisory lock (workers may be on several machines).
-SQLite or journal file: an flock on a file beside the database (workers on one machine).
+Used to enqueue the study's baseline exactly once and to create MLflow's tables once.
+PostgreSQL: a session-level advisory lock (workers may be on several machines).
+SQLite or a journal file: an flock on a file beside it (workers on one machine).
+Other stores (an MLflow server over HTTP) serialise on their own: no lock.
 """
 
 from __future__ import annotations
@@ -15,29 +17,45 @@ from pathlib import Path
 import sqlalchemy
 
 
-def _key(study_name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(study_name.encode(), digest_size=8).digest(), "big", signed=True)
+def _key(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
 
 
 @contextlib.contextmanager
-def study_lock(storage_url: str, study_name: str, journal: bool) -> Iterator[None]:
-    if not journal and storage_url.startswith("postgresql"):
-        engine = sqlalchemy.create_engine(storage_url)
-        try:
-            with engine.connect() as conn:
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": _key(study_name)})
-                try:
-                    yield
-                finally:
-                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": _key(study_name)})
-        finally:
-            engine.dispose()
-        return
-    path = Path(storage_url if journal else sqlalchemy.engine.make_url(storage_url).database or "optuna")
-    lock_file = path.with_name(path.name + f".{_key(study_name) & 0xFFFF:04x}.lock")
-    with open(lock_file, "a") as handle:
+def _advisory(url: str, key: int) -> Iterator[None]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def store_lock(url: str, name: str) -> contextlib.AbstractContextManager[None]:
+    """Exclusive section named `name` among every process using the store at `url` (a URL or a file path)."""
+    if url.startswith("postgresql"):
+        return _advisory(url, _key(name))
+    if url.startswith("sqlite:"):
+        database = sqlalchemy.engine.make_url(url).database
+        if not database or database == ":memory:":
+            return contextlib.nullcontext()
+        path = Path(database)
+    elif "://" in url:
+        return contextlib.nullcontext()
+    else:
+        path = Path(url)
+    return _flock(path.with_name(f"{path.name}.{_key(name) & 0xFFFF:04x}.lock"))

@@ -99,7 +99,7 @@ def replay(engine: LLMEngine, requests: Sequence[TrafficRequest], *, progress: P
                 if out.finished:
                     records.append(_record(out))
                     bar.update(1)
-                    if report_every and progress and len(records) % report_every == 0:
+                    if report_every and progress and not stopped and len(records) % report_every == 0:
                         stopped = not progress(len(records), records)
     for rid in list(engine.requests):  # a stopped replay leaves nothing behind in the engine
         engine.abort(rid)

@@ -43,7 +43,7 @@ __all__ = ["BASELINE_ATTR", "LONG_TIER_MAX_LEN", "NUMERICS_NEUTRAL", "TIER_FIELD
 
 BASELINE_ATTR = "pagetune.baseline"  # trial user attr: {knob name: value} of the baseline trial
 TIER_FIELDS = ("enabled", "boundary", "short_block_size", "long_block_size", "short_share")
-LONG_TIER_MAX_LEN = 1 << 20  # the long tier's max_len when max_model_len is unset
+LONG_TIER_MAX_LEN = 1 << 20  # the long tier's max_len: "the rest"; the runtime cuts it at max_model_len
 # Runtime paths whose non-neutral values change the model's numerics (the quality guardrail checks them).
 NUMERICS_NEUTRAL: dict[str, Any] = {"runtime.kernel.qk_clip": None, "runtime.cache.kv_cache_dtype": "auto"}
 
@@ -284,9 +284,9 @@ def _make_tiers(tiers: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[di
     if not tiers["enabled"]:
         return []
     share = round(tiers["short_share"], 6)  # a float step leaves 0.7000000000000001 in best.yaml otherwise
-    long_max_len = runtime.get("scheduler", {}).get("max_model_len") or LONG_TIER_MAX_LEN
+    # The runtime cuts the last tier (and any tier past it) at the engine's max_model_len.
     return [{"max_len": tiers["boundary"], "block_size": tiers["short_block_size"], "share": share},
-            {"max_len": long_max_len, "block_size": tiers["long_block_size"], "share": round(1.0 - share, 6)}]
+            {"max_len": LONG_TIER_MAX_LEN, "block_size": tiers["long_block_size"], "share": round(1.0 - share, 6)}]
 
 
 def _tier_values(runtime: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -19,8 +19,8 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import AppConfig, StorageBackend, build_pruner, build_sampler, build_storage
-from tuner.locking import study_lock
+from tuner.config import AppConfig, build_pruner, build_sampler, build_storage
+from tuner.locking import store_lock
 from tuner.space import SearchSpace, is_baseline
 from tuner.supervisor import WorkerSupervisor
 from tuner.tracking import RunState
@@ -40,8 +40,7 @@ def open_study(app: AppConfig, space: SearchSpace, on_stale: Callable | None = N
     study = optuna.create_study(
         study_name=app.tuner.study_name, storage=build_storage(app.storage, on_stale), sampler=build_sampler(app.tuner),
         pruner=build_pruner(app.tuner), directions=list(app.tuner.directions), load_if_exists=True)
-    journal = app.storage.backend is StorageBackend.journal
-    with study_lock(app.storage.url, app.tuner.study_name, journal):
+    with store_lock(app.storage.url, f"baseline:{app.tuner.study_name}"):
         space.enqueue_baseline(study, app.runtime.to_dict())
     return study
 

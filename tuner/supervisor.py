@@ -76,6 +76,8 @@ class WorkerSupervisor:
             self._conn.send(("job", job))
             return self._wait(on_progress, timeout_s)
         except (BrokenPipeError, EOFError, ConnectionResetError, OSError):
+            if self._proc is None:  # raised by on_progress, the worker already discarded: not a worker death
+                raise
             return self._died()
 
     def _wait(self, on_progress: OnProgress, timeout_s: float) -> TrialOutcome:
@@ -90,12 +92,18 @@ class WorkerSupervisor:
                 message = self._conn.recv()
                 if message[0] == "result":
                     return message[1]
-                keep = on_progress(message[1], message[2])
+                try:
+                    keep = on_progress(message[1], message[2])
+                except BaseException:
+                    self._discard()  # it waits for our answer; kept, it would answer the next job with this result
+                    raise
                 self._conn.send(("continue",) if keep else ("stop",))
             elif not self._proc.is_alive():
                 return self._died()
 
     def _died(self) -> TrialOutcome:
+        if self._proc is not None:
+            self._proc.join(timeout=5)  # the pipe closes before the dead process is reaped: wait for its exit code
         code = self._proc.exitcode if self._proc is not None else None
         self._discard()
         return TrialOutcome(TrialStatus.died, reason=_exit_reason(code))

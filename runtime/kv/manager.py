@@ -76,9 +76,24 @@ class KVCacheManager:
         reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
         return self.blocks_needed(seq, num_new) <= self.pools[seq.tier].num_free - reserve
 
-    def can_swap_in(self, seq: Sequence) -> bool:
-        need = len(self.cpu_tables[seq.seq_id])
-        return need <= self.pools[seq.tier].num_free - self.watermark_blocks[seq.tier]
+    def try_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool = False) -> list[BlockCopy] | None:
+        """`allocate_slots` if the blocks are there, else None (the caller preempts); one pass on the hot path."""
+        bs = self.tiers[seq.tier].block_size
+        table = self.tables.get(seq.seq_id)
+        have = len(table) if table else 0
+        grow = -(-(seq.num_computed_tokens + num_new) // bs) - have
+        # Copy-on-write is only possible when writing into a partly filled block that is shared.
+        cow = seq.num_computed_tokens % bs != 0 and self._needs_cow(seq)
+        if grow <= 0 and not cow:
+            return []
+        reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
+        if max(0, grow) + cow > self.pools[seq.tier].num_free - reserve:
+            return None
+        return self.allocate_slots(seq, num_new)
+
+    def can_swap_in(self, seq: Sequence, keep_watermark: bool = True) -> bool:
+        reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
+        return len(self.cpu_tables[seq.seq_id]) <= self.pools[seq.tier].num_free - reserve
 
     def can_swap_out(self, seq: Sequence) -> bool:
         return len(self.tables.get(seq.seq_id, [])) <= self.cpu_pools[seq.tier].num_free
@@ -134,10 +149,13 @@ class KVCacheManager:
         """Register the sequence's newly full, computed blocks in the prefix cache."""
         if not self.enable_prefix_caching:
             return
-        bs, pool = self.tiers[seq.tier].block_size, self.pools[seq.tier]
-        table, hashes = self.tables[seq.seq_id], self.hashes[seq.seq_id]
+        hashes, bs = self.hashes[seq.seq_id], self.tiers[seq.tier].block_size
+        full = seq.num_computed_tokens // bs
+        if full <= len(hashes):  # the common decode step: no block filled up
+            return
+        table, pool = self.tables[seq.seq_id], self.pools[seq.tier]
         parent = hashes[-1] if hashes else None
-        for i in range(len(hashes), seq.num_computed_tokens // bs):
+        for i in range(len(hashes), full):
             tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
             parent = chain_hash(parent, tokens)
             hashes.append(parent)
@@ -188,10 +206,14 @@ class KVCacheManager:
     def usage(self, seqs: Seq[Sequence]) -> KVUsage:
         """Pool-wide usage; waste is the unfilled tail of each live sequence's last block."""
         allocated = sum(p.num_used * t.block_size for p, t in zip(self.pools, self.tiers))
-        tail_waste = 0
+        tails: dict[tuple[int, int], int] = {}  # (tier, last block) -> its empty slots; forks share a tail
         for seq in seqs:
-            held = len(self.tables.get(seq.seq_id, ())) * self.tiers[seq.tier].block_size
-            tail_waste += max(0, held - seq.num_computed_tokens)
+            table = self.tables.get(seq.seq_id)
+            if table:
+                empty = max(0, len(table) * self.tiers[seq.tier].block_size - seq.num_computed_tokens)
+                key = (seq.tier, table[-1])
+                tails[key] = min(tails.get(key, empty), empty)
+        tail_waste = sum(tails.values())
         return KVUsage(
             used_blocks=sum(p.num_used for p in self.pools),
             total_blocks=sum(t.num_blocks for t in self.tiers),

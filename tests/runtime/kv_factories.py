@@ -57,9 +57,9 @@ def prefill(kv: KVCacheManager, seq: Sequence) -> list[BlockCopy]:
 
 
 def make_scheduler(kv: KVCacheManager, *, max_num_seqs: int = 8, budget: int = 64, chunked: bool = True,
-                   mode: str = "recompute") -> Scheduler:
+                   mode: str = "recompute", policy: str = "priority") -> Scheduler:
     return Scheduler(kv, max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
-                     preemption_mode=mode)
+                     preemption_mode=mode, policy=policy)
 
 
 def live_seqs(sched: Scheduler) -> list[Sequence]:

@@ -31,6 +31,8 @@ def test_last_tier_ends_at_max_model_len():
                                                       {"max_len": 512, "block_size": 16, "share": 0.5}])
     assert [t.max_len for t in cfg.cache.tiers(2048)] == [64, 2048]
     assert [t.max_len for t in cfg.cache.tiers(256)] == [64, 256]
+    # A tier that already covers max_model_len is the last one; tiers past it are dropped, shares rescaled.
+    assert cfg.cache.tiers(48) == (BlockTier(48, 4, 1.0),)
     assert EngineConfig.from_flat("tiny", block_size=32).cache.tiers(100) == (BlockTier(100, 32, 1.0),)
 
 

@@ -176,7 +176,6 @@ def test_usage_on_two_tiers():
     assert_kv_invariants(kv, [0, 1])
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug: usage() counts a shared last block's empty tail once per sibling")
 def test_usage_counts_a_forked_partial_block_once():
     kv = make_manager(block_size=4, num_blocks=8)
     parent = make_seq([1, 2, 3, 4, 5, 6], 0)

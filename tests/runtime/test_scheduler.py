@@ -6,6 +6,8 @@ Plans are (seq id, start, num_new_tokens, sample) in scheduled order; integrity 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.kv.manager import BlockCopy
 from runtime.sequence import SeqStatus
@@ -16,6 +18,14 @@ def _add(sched, *seqs):
     for seq in seqs:
         sched.add(seq)
     return seqs
+
+
+def test_fcfs_ignores_priority():
+    sched = make_scheduler(make_manager(block_size=4, num_blocks=16), budget=6, policy="fcfs")
+    _add(sched, make_seq([1, 2], 0, arrival=0.0, priority=5))
+    _add(sched, make_seq([3, 4], 1, arrival=1.0, priority=0))
+    run_step(sched)
+    assert [s.seq_id for s in sched.running] == [0, 1]
 
 
 def test_decodes_are_scheduled_before_prefills():
@@ -163,10 +173,37 @@ def test_recompute_preemption_after_chunked_growth_finishes():
     assert (sched.num_unfinished, kv.pools[0].num_used) == (0, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="runtime bug: can_swap_in keeps the watermark even when nothing runs")
 def test_swap_preemption_after_chunked_growth_finishes():
     kv, sched = _chunked_growth("swap")
     assert len(kv.cpu_tables[1]) == 9  # > 10 blocks - 2 watermark: never swaps back in
     for _ in range(20):
         run_step(sched)
     assert (sched.num_unfinished, kv.pools[0].num_used) == (0, 0)
+
+
+REQUESTS = st.lists(st.tuples(st.lists(st.integers(0, 2), min_size=1, max_size=20), st.integers(1, 8),
+                              st.integers(0, 1)), min_size=1, max_size=8)  # (prompt, max_tokens, priority)
+
+
+@settings(max_examples=150, deadline=None)
+@given(reqs=REQUESTS, block_size=st.sampled_from([1, 2, 4]), spare_blocks=st.integers(0, 6),
+       budget=st.integers(1, 12), chunked=st.booleans(), caching=st.booleans(), max_num_seqs=st.integers(1, 4),
+       mode_watermark=st.sampled_from([("recompute", 0.0), ("recompute", 0.2), ("swap", 0.0)]))
+def test_random_workloads_always_finish(reqs, block_size, spare_blocks, budget, chunked, caching, max_num_seqs,
+                                        mode_watermark):
+    """Every request that fits the pool alone finishes and frees everything (swap with a watermark: see the
+    xfail above)."""
+    mode, watermark = mode_watermark
+    longest = max(len(prompt) + max_tokens for prompt, max_tokens, _ in reqs)
+    num_blocks = -(-longest // block_size) + spare_blocks
+    kv = make_manager(block_size=block_size, num_blocks=num_blocks, num_cpu_blocks=2 * num_blocks, caching=caching,
+                      watermark=watermark)
+    budget = budget if chunked else max(budget, longest)  # without chunking the budget holds a whole request
+    sched = make_scheduler(kv, max_num_seqs=max_num_seqs, budget=budget, chunked=chunked, mode=mode)
+    for i, (prompt, max_tokens, priority) in enumerate(reqs):
+        sched.add(make_seq(prompt, i, arrival=float(i), priority=priority, max_tokens=max_tokens))
+    for _ in range(400):
+        if sched.num_unfinished == 0:
+            break
+        run_step(sched)
+    assert (sched.num_unfinished, kv.pools[0].num_used, kv.cpu_pools[0].num_used) == (0, 0, 0)

@@ -22,7 +22,6 @@ from tests.tuner.tuner_factories import burst, job, tiny_runtime
 from tuner.supervisor import WorkerSupervisor
 from tuner.trial import TrialOutcome, TrialStatus
 
-MEMORY_LIMIT_GB = 2.5  # the worker's address space after imports is ~1 GiB: room for tiny trials, not for 8 GB
 SHORT = burst(4)  # a few tenths of a second of work
 # ~100 x 200 decode steps one request at a time: tens of seconds, far past any timeout below.
 LONG = burst(100, prompt_len=16, output_tokens=200)
@@ -30,9 +29,16 @@ LONG_RUNTIME = tiny_runtime(scheduler={"max_num_seqs": 1, "max_model_len": 256})
 keep_going = lambda done, goodput: True
 
 
+def _address_space_gb() -> float:
+    """This process's virtual size: the worker imports the same libraries, so it starts about as large."""
+    pages = int(Path("/proc/self/statm").read_text().split()[0])
+    return pages * os.sysconf("SC_PAGE_SIZE") / (1 << 30)
+
+
 @pytest.fixture(scope="module")
 def supervisor():
-    sup = WorkerSupervisor(cpu_threads=1, memory_limit_gb=MEMORY_LIMIT_GB)
+    # An address-space cap with room for tiny trials (~0.1 GiB) but not for a big KV pool.
+    sup = WorkerSupervisor(cpu_threads=1, memory_limit_gb=round(_address_space_gb() + 1.5, 1))
     yield sup
     sup.close()
 
@@ -81,7 +87,7 @@ def test_missing_model_is_infeasible_with_the_loaders_message(supervisor):
 
 def test_trial_that_raises_is_an_error_with_type_and_place(supervisor, llama_dir, tmp_path):
     """A checkpoint whose weights file is truncated: safetensors raises from inside the model load."""
-    broken = Path(tmp_path / "truncated")
+    broken = tmp_path / "truncated"
     broken.mkdir()
     (broken / "config.json").write_bytes((llama_dir / "config.json").read_bytes())
     weights = next(llama_dir.glob("*.safetensors")).read_bytes()
@@ -99,11 +105,11 @@ def test_trial_that_raises_is_an_error_with_type_and_place(supervisor, llama_dir
 
 def test_trial_past_the_memory_limit_is_oom(supervisor):
     run_normal(supervisor)
-    cap = int(MEMORY_LIMIT_GB * (1 << 30))
+    cap = int(supervisor.memory_limit_gb * (1 << 30))
     assert resource.prlimit(supervisor.pid, resource.RLIMIT_AS) == (cap, cap)  # the worker's address-space cap
     pid, restarts = supervisor.pid, supervisor.restarts
-    # ~7 GiB of KV planned: the pool's K and V tensors (~3.6 GiB each) cannot be mapped under the cap.
-    huge_pool = tiny_runtime(cache={"device_memory_gb": 8.0})
+    # 0.9 x twice the cap planned for KV: the pool's K and V tensors (0.9 x the cap each) cannot both be mapped.
+    huge_pool = tiny_runtime(cache={"device_memory_gb": 2 * supervisor.memory_limit_gb})
     outcome = supervisor.run(job(huge_pool, "short"), SHORT, keep_going, timeout_s=60)
     assert outcome.status is TrialStatus.oom
     assert outcome.reason.startswith("RuntimeError: ")
@@ -157,11 +163,28 @@ def test_progress_callback_returning_false_prunes_the_trial(supervisor):
         assert goodput > 0.0  # partial goodput: the first two requests, well inside the default SLO
         return False
 
-    outcome = supervisor.run(job(tiny_runtime(), "burst8", report_every=2), burst(8), prune_at_first_report,
+    one_at_a_time = tiny_runtime(scheduler={"max_num_seqs": 1})  # one request finishes per step at most
+    outcome = supervisor.run(job(one_at_a_time, "burst8", report_every=2), burst(8), prune_at_first_report,
                              timeout_s=60)
     assert (outcome.status, outcome.reason) == (TrialStatus.pruned, "pruned on partial goodput")
     assert reports == [2]
-    assert (outcome.metrics["requests"], len(outcome.latency_rows)) == (2.0, 2)
+    assert (outcome.metrics["requests"], len(outcome.latency_rows)) == (2.0, 2)  # the other six never finished
     pid = supervisor.pid
     run_normal(supervisor)
     assert supervisor.pid == pid
+
+
+def test_progress_callback_that_raises_costs_the_worker_not_the_next_trial(supervisor):
+    """The parent's own callback fails (an Optuna storage error, say) while the worker waits for its answer:
+    the error reaches the caller, and the next trial gets its own result, not the abandoned one's."""
+    run_normal(supervisor)
+    pid, restarts = supervisor.pid, supervisor.restarts
+
+    def storage_down(done: int, goodput: float) -> bool:
+        raise ConnectionError("storage unreachable")
+
+    with pytest.raises(ConnectionError, match="storage unreachable"):
+        supervisor.run(job(tiny_runtime(), "burst8", report_every=2), burst(8), storage_down, timeout_s=60)
+    assert supervisor.restarts == restarts + 1
+    run_normal(supervisor)
+    assert supervisor.pid not in (None, pid)

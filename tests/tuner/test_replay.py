@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import time
@@ -46,7 +47,7 @@ def test_burst_queues_behind_max_num_seqs_1_and_latencies_include_the_wait():
     recs = result.records
     assert [r.request_id for r in recs] == ["r0", "r1", "r2", "r3"]  # FCFS, one at a time
     assert [r.arrival for r in recs] == [0.0] * 4
-    for prev, cur in zip(recs, recs[1:]):
+    for prev, cur in itertools.pairwise(recs):
         assert cur.first_scheduled >= prev.finished  # waited for the one slot
         assert cur.first_token > prev.finished
     ttft = [r.first_token - r.arrival for r in recs]
@@ -68,7 +69,7 @@ def test_arrivals_enter_the_engine_no_earlier_than_their_arrival_time():
 
     engine.add_request = add_and_note
     arrivals = [0.0, 0.02, 0.05, 0.05, 0.3, 0.31]
-    traffic = [request(f"q{i}", t, 12, 3, first_token=10 + 12 * i) for i, t in enumerate(arrivals)]
+    traffic = [request(f"q{i}", t, 12, 3, first_id=10 + 12 * i) for i, t in enumerate(arrivals)]
     result = replay(engine, traffic)
     by_id = {r.request_id: r for r in result.records}
     assert sorted(by_id) == [f"q{i}" for i in range(6)]
@@ -83,8 +84,8 @@ def test_arrivals_enter_the_engine_no_earlier_than_their_arrival_time():
 
 
 def test_idle_gap_is_skipped_and_does_not_change_latencies():
-    gap = (request("early", 0.0, 16, 4, first_token=10), request("late", 1000.0, 16, 4, first_token=100))
-    alone = replay(tiny_engine(), (request("late", 0.0, 16, 4, first_token=100),)).records[0]
+    gap = (request("early", 0.0, 16, 4, first_id=10), request("late", 1000.0, 16, 4, first_id=100))
+    alone = replay(tiny_engine(), (request("late", 0.0, 16, 4, first_id=100),)).records[0]
     engine = tiny_engine()
     start = time.perf_counter()
     result = replay(engine, gap)
@@ -103,7 +104,7 @@ def test_idle_gap_is_skipped_and_does_not_change_latencies():
 
 def test_outputs_are_forced_to_the_logged_lengths():
     lengths = [1, 2, 7, 30]
-    traffic = [request(f"n{n}", 0.01 * i, 20, n, first_token=10 + 20 * i) for i, n in enumerate(lengths)]
+    traffic = [request(f"n{n}", 0.01 * i, 20, n, first_id=10 + 20 * i) for i, n in enumerate(lengths)]
     result = replay(tiny_engine(), traffic)
     by_id = {r.request_id: r for r in result.records}
     assert [by_id[f"n{n}"].output_tokens for n in lengths] == lengths
@@ -128,37 +129,58 @@ def test_eos_does_not_end_a_replayed_request(llama_dir, tmp_path):
 
 def test_rejected_request_is_recorded_with_its_reason():
     engine = tiny_engine()  # max_model_len 128
-    traffic = [request("ok", 0.0, 16, 4), request("long", 0.0, 120, 20, first_token=100),
-               request("after", 0.05, 16, 4, first_token=300)]
+    traffic = [request("ok", 0.0, 16, 4), request("long", 0.0, 120, 20, first_id=100),
+               request("vocab", 0.01, 16, 4, first_id=5000), request("after", 0.05, 16, 4, first_id=300)]
     result = replay(engine, traffic)
     by_id = {r.request_id: r for r in result.records}
-    long = by_id.pop("long")
+    long, vocab = by_id.pop("long"), by_id.pop("vocab")
     assert long.rejected_reason == "prompt (120 tokens) + max_tokens (20) = 140 exceeds max_model_len 128"
-    assert (long.output_tokens, long.first_scheduled, long.first_token, long.token_times) == (0, None, None, ())
-    assert long.finished >= long.arrival == 0.0
+    assert vocab.rejected_reason == "prompt token ids must be in [0, 2048), got range [5000, 5015]"
+    for rec in (long, vocab):
+        assert (rec.output_tokens, rec.first_scheduled, rec.first_token, rec.token_times) == (0, None, None, ())
+        assert rec.finished >= rec.arrival
+    assert (long.prompt_tokens, vocab.arrival) == (120, 0.01)
     assert [(r.rejected_reason, r.output_tokens) for r in by_id.values()] == [(None, 4), (None, 4)]
     assert_empty(engine)
 
 
 def test_progress_callback_stops_the_replay_and_leaves_the_engine_empty():
     engine = tiny_engine(scheduler={"max_num_seqs": 2})
-    calls: list[tuple[int, list[str]]] = []
+    calls: list[tuple[int, list[str], int]] = []
 
     def progress(done, records) -> bool:
-        calls.append((done, [r.request_id for r in records]))
+        calls.append((done, [r.request_id for r in records], len(engine.requests)))
         return False
 
     result = replay(engine, burst(8, output_tokens=6), progress=progress, report_every=2)
     assert result.stopped_early
-    assert calls == [(2, ["r0", "r1"])]
+    assert calls == [(2, ["r0", "r1"], 6)]  # r2..r7 were still in the engine when it stopped
     assert [r.request_id for r in result.records] == ["r0", "r1"]
+    assert_empty(engine)
+
+
+def test_a_stop_is_final_even_when_more_requests_finish_in_the_same_step():
+    answers = iter([False, True, True, True])  # a later "keep going" must not undo the stop
+    calls: list[int] = []
+
+    def progress(done, records) -> bool:
+        calls.append(done)
+        return next(answers)
+
+    engine = tiny_engine()
+    result = replay(engine, burst(8), progress=progress, report_every=2)  # all eight finish in one step
+    assert (calls, result.stopped_early, len(result.records)) == ([2], True, 8)
     assert_empty(engine)
 
 
 def test_progress_callback_sees_every_checkpoint_when_it_keeps_going():
     seen: list[int] = []
-    result = replay(tiny_engine(), burst(6), progress=lambda done, recs: seen.append(done) is None,
-                    report_every=2)
+
+    def progress(done, records) -> bool:
+        seen.append(done)
+        return True
+
+    result = replay(tiny_engine(), burst(6), progress=progress, report_every=2)
     assert (seen, result.stopped_early, len(result.records)) == ([2, 4, 6], False, 6)
 
 

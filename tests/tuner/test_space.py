@@ -124,7 +124,7 @@ def test_apply_places_values_at_their_paths(load):
     assert EngineConfig.from_mapping(out).cache.block_size == 32
 
 
-@pytest.mark.parametrize(("max_model_len", "long_max_len"), [(None, LONG_TIER_MAX_LEN), (4096, 4096)])
+@pytest.mark.parametrize(("max_model_len", "long_max_len"), [(None, LONG_TIER_MAX_LEN), (4096, LONG_TIER_MAX_LEN)])
 def test_tiers_map_into_block_tiers_and_back(load, max_model_len, long_max_len):
     space, runtime = load(f"runtime.scheduler.max_model_len={max_model_len or 'null'}")
     out = space.apply(runtime, TIER_VALUES)

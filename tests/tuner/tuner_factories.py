@@ -33,16 +33,16 @@ def tiny_engine(**sections: dict[str, Any]) -> LLMEngine:
     return LLMEngine(EngineConfig.from_mapping({**tiny_runtime(**sections), "debug_integrity": True}))
 
 
-def request(rid: str, arrival_s: float, prompt_len: int, output_tokens: int, first_token: int = 10) -> TrafficRequest:
-    """A request whose prompt is `prompt_len` consecutive ids from `first_token` (distinct prompts share nothing
-    when their ranges do not overlap)."""
-    ids = tuple(first_token + i for i in range(prompt_len))
+def request(rid: str, arrival_s: float, prompt_len: int, output_tokens: int, first_id: int = 10) -> TrafficRequest:
+    """A request whose prompt is `prompt_len` consecutive ids from `first_id` (prompts whose ranges do not
+    overlap share no prefix)."""
+    ids = tuple(first_id + i for i in range(prompt_len))
     return TrafficRequest(rid, arrival_s, ids, output_tokens, f"test:{rid}")
 
 
 def burst(n: int, prompt_len: int = 16, output_tokens: int = 4, at: float = 0.0) -> tuple[TrafficRequest, ...]:
     """`n` requests arriving together, r0..r{n-1}, with disjoint prompts (no prefix-cache hits)."""
-    return tuple(request(f"r{i}", at, prompt_len, output_tokens, first_token=10 + i * prompt_len) for i in range(n))
+    return tuple(request(f"r{i}", at, prompt_len, output_tokens, first_id=10 + i * prompt_len) for i in range(n))
 
 
 def job(runtime: dict[str, Any], traffic_key: str, *, report_every: int = 0, slo: SloConfig | None = None,
