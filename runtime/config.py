@@ -9,6 +9,9 @@ the knob. Nothing mutates a config after it is built: resolved copies are made w
 from __future__ import annotations
 
 import difflib
+import math
+import re
+import sys
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
@@ -76,9 +79,11 @@ class CacheConfig:
                f"must be a power of two in [1, 256], got {self.block_size}")
         _check(0.0 < self.gpu_memory_utilization <= 1.0, "cache.gpu_memory_utilization",
                f"must be in (0, 1], got {self.gpu_memory_utilization}")
-        _check(self.device_memory_gb is None or self.device_memory_gb > 0, "cache.device_memory_gb",
-               f"must be positive, got {self.device_memory_gb}")
-        _check(self.swap_space >= 0, "cache.swap_space", f"must be >= 0 GiB, got {self.swap_space}")
+        # Finite: the memory plan turns GiB into an int of bytes (int(inf) raises at engine start).
+        _check(self.device_memory_gb is None or 0 < self.device_memory_gb < math.inf, "cache.device_memory_gb",
+               f"must be positive and finite, got {self.device_memory_gb}")
+        _check(0 <= self.swap_space < math.inf, "cache.swap_space",
+               f"must be >= 0 GiB and finite, got {self.swap_space}")
         _check(self.kv_cache_dtype in KV_CACHE_DTYPES, "cache.kv_cache_dtype",
                f"must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}")
         _check(0.0 <= self.watermark < 0.5, "cache.watermark", f"must be in [0, 0.5), got {self.watermark}")
@@ -162,7 +167,7 @@ class EngineConfig:
     metadata: dict[str, Any] | None = None  # provenance of an exported config (study, trial, ...); not used
 
     def __post_init__(self) -> None:
-        _check(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), "device",
+        _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "device",
                f"must be auto, cpu or cuda[:N], got {self.device!r}")
 
     @classmethod
@@ -240,6 +245,9 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         _check(isinstance(value, int) and not isinstance(value, bool), key, f"expected an integer, got {value!r}")
     elif "float" in text:
         _check(isinstance(value, int | float) and not isinstance(value, bool), key, f"expected a number, got {value!r}")
+        # A huge YAML integer would raise OverflowError in float().
+        _check(not isinstance(value, int) or abs(value) <= sys.float_info.max, key,
+               "too large for a float (|value| > 1.8e308)")
         value = float(value)
     elif "str" in text:
         _check(isinstance(value, str), key, f"expected a string, got {value!r}")

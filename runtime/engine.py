@@ -60,7 +60,8 @@ class LLMEngine:
             chunked_prefill=config.scheduler.enable_chunked_prefill,
             preemption_mode=config.scheduler.preemption_mode, policy=config.scheduler.policy)
         self.runner = ModelRunner(self.model, self.kv, config.kernel, self.placement.kv_dtype,
-                                  self.placement.memory.num_cpu_blocks, self.placement.device)
+                                  self.placement.memory.num_cpu_blocks, self.placement.device,
+                                  config.scheduler.max_num_seqs)
         self.sampler = Sampler()
         self.requests: dict[str, Request] = {}
         self.step_stats: list[StepStats] = []

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from itertools import groupby
 
 import torch
 
 from runtime.attention import KVCache
-from runtime.config import KernelConfig
+from runtime.config import ConfigError, KernelConfig
+from runtime.cuda_graphs import DecodeGraphs
 from runtime.inputs import build_inputs
 from runtime.kv.manager import BlockCopy, KVCacheManager
 from runtime.model.llama import LlamaForCausalLM
@@ -44,17 +46,27 @@ def _copy_blocks(copies: tuple[BlockCopy, ...], src: list[KVCache], dst: list[KV
 
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv: KVCacheManager, kernel: KernelConfig, kv_dtype: torch.dtype,
-                 num_cpu_blocks: tuple[int, ...], device: torch.device) -> None:
+                 num_cpu_blocks: tuple[int, ...], device: torch.device, max_num_seqs: int) -> None:
         self.model = model
         self.kv = kv
         self.kernel = kernel
         self.device = device
         self.use_triton = kernel.attention_backend == "triton" or (
             kernel.attention_backend == "auto" and device.type == "cuda")
+        if self.use_triton and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ConfigError("kernel.attention_backend: triton needs a CUDA device (or TRITON_INTERPRET=1 on CPU)")
         sizes = [t.block_size for t in kv.tiers]
         self.caches = allocate_caches(model.layout, sizes, [t.num_blocks for t in kv.tiers], kv_dtype, device)
         self.cpu_caches = allocate_caches(model.layout, sizes, num_cpu_blocks, kv_dtype, torch.device("cpu"),
                                           swap=True)
+        self.graphs = self._decode_graphs(max_num_seqs) if kernel.cuda_graphs else None
+
+    def _decode_graphs(self, max_num_seqs: int) -> DecodeGraphs:
+        if self.device.type != "cuda" or not self.use_triton:
+            raise ConfigError("kernel.cuda_graphs: needs a CUDA device and the triton attention backend")
+        if len(self.kv.tiers) != 1:
+            raise ConfigError("kernel.cuda_graphs: decode graphs support one block-size tier (block_tiers: [])")
+        return DecodeGraphs(self.model, self.caches, self.kv, self.kernel, max_num_seqs, self.device)
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> torch.Tensor:
@@ -64,6 +76,8 @@ class ModelRunner:
         _copy_blocks(out.block_copies, self.caches, self.caches)
         if not out.scheduled:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
+        if self.graphs is not None and self.graphs.can_run(out.scheduled):
+            return self.model.compute_logits(self.graphs.run(out.scheduled))  # every decode row samples
         inputs = build_inputs(out.scheduled, self.kv, self.kernel, self.use_triton, self.device)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.caches)  # [T, H]
         return self.model.compute_logits(hidden[inputs.sample_rows])  # [N, V]

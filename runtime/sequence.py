@@ -33,9 +33,12 @@ class Request:
 
     @property
     def finished(self) -> bool:
-        return self.rejected_reason is not None or (
-            len(self.seqs) == self.params.n and all(s.status is SeqStatus.FINISHED for s in self.seqs)
-        )
+        if self.rejected_reason is not None:
+            return True
+        if not all(s.status is SeqStatus.FINISHED for s in self.seqs):
+            return False
+        # An abort before the prompt is computed ends the request with fewer than n sequences (no fork).
+        return len(self.seqs) == self.params.n or any(s.finish_reason == "abort" for s in self.seqs)
 
 
 @dataclass(eq=False)

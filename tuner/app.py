@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -19,12 +20,12 @@ from tqdm.auto import tqdm
 from runtime.model.loader import load_config
 from tuner.config import AppConfig, TunerConfigError, load_app_config
 from tuner.export import build_metadata, write_exports
+from tuner.locking import store_lock
 from tuner.outputs import study_plots, summary_lines, write_report
 from tuner.redact import mask_text, mask_url
 from tuner.space import SearchSpace
 from tuner.study import TrialRunner, open_study, run_search, trials_counted
 from tuner.supervisor import WorkerSupervisor
-from tuner.locking import store_lock
 from tuner.tracking import RunState, Tracker, TrackingError
 from tuner.traffic import TrafficError, TrafficLoad, load_traffic, select, split_windows
 from tuner.trial import TrialOutcome, TrialStatus
@@ -50,7 +51,20 @@ def _trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome) -> str:
     return f"trial {trial.number}: {outcome.status.value.upper()}: {mask_text(outcome.reason or '')} [{knobs}]"
 
 
+def _mask_hydra_record(hydra: DictConfig) -> None:
+    """Hydra saved the config and the command line (`.hydra/*.yaml`) before the job started: mask credentials."""
+    if hydra.output_subdir is None:
+        return
+    for path in (Path(hydra.runtime.output_dir) / hydra.output_subdir).glob("*.yaml"):
+        text = path.read_text(encoding="utf-8")
+        if mask_text(text) != text:
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(mask_text(text), encoding="utf-8")
+            os.replace(tmp, path)
+
+
 def run(cfg: DictConfig) -> int:
+    _mask_hydra_record(HydraConfig.get())
     try:
         app = load_app_config(cfg)
         traffic = _load(app)

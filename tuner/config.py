@@ -16,7 +16,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -172,8 +174,9 @@ class TunerConfig:
         _check(self.capacity_steps >= 1, "tuner.capacity_steps", f"must be >= 1, got {self.capacity_steps}")
         _check(self.worker_threads is None or self.worker_threads >= 1, "tuner.worker_threads",
                f"must be >= 1 or null, got {self.worker_threads}")
-        _check(self.worker_memory_gb is None or self.worker_memory_gb > 0, "tuner.worker_memory_gb",
-               f"must be > 0 or null, got {self.worker_memory_gb}")
+        # Finite: the worker turns it into an int of bytes for setrlimit (int(inf) would kill every worker).
+        _check(self.worker_memory_gb is None or 0 < self.worker_memory_gb < math.inf, "tuner.worker_memory_gb",
+               f"must be > 0 and finite, or null, got {self.worker_memory_gb}")
         # Optuna cannot prune multi-objective studies (Trial.report raises there).
         _check(self.objective is not ObjectiveName.pareto or self.pruner is PrunerName.none, "tuner.pruner",
                f"pruning needs a single objective; use tuner.pruner=none with tuner.objective=pareto, "
@@ -407,10 +410,14 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if get_origin(hint) is dict and dataclasses.is_dataclass(get_args(hint)[1]):
         _check(isinstance(value, Mapping), key, f"expected a mapping, got {value!r}")
         return {k: _build(get_args(hint)[1], v, f"{key}.{k}.") for k, v in value.items()}
-    expected = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}.get(hint)
+    expected = {bool: (bool,), int: (int,), float: (int, float), str: (str,), list: (list, tuple)}.get(
+        get_origin(hint) or hint)
     is_bool_as_number = isinstance(value, bool) and hint is not bool
     _check(expected is None or (isinstance(value, expected) and not is_bool_as_number),
            key, f"expected {getattr(hint, '__name__', hint)}, got {value!r}")
+    # A huge YAML integer would raise OverflowError in float().
+    _check(hint is not float or not isinstance(value, int) or abs(value) <= sys.float_info.max, key,
+           "too large for a float (|value| > 1.8e308)")
     return float(value) if hint is float else value
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -198,12 +199,18 @@ def _distribution(key: str, spec: ParamConfig) -> BaseDistribution:
     _require(spec.choices is None, f"{key}.choices", f"{spec.type} knobs take low/high, not choices")
     _require(spec.low is not None and spec.high is not None, key, f"{spec.type} knobs need low and high")
     low, high = float(spec.low), float(spec.high)  # type: ignore[arg-type]
+    for field_name, value in (("low", low), ("high", high), ("step", spec.step)):
+        _require(value is None or math.isfinite(value), f"{key}.{field_name}", f"must be finite, got {value}")
     _require(low <= high, f"{key}.low", f"must be <= high, got low={low:g} high={high:g}")
     _require(not spec.log or low > 0, f"{key}.low", "must be > 0 with log: true")
     _require(not (spec.log and spec.step not in (None, 1)), f"{key}.step", "cannot be used with log: true")
     _require(spec.step is None or spec.step > 0, f"{key}.step", f"must be > 0, got {spec.step}")
     if spec.type == "float":
-        return FloatDistribution(low, high, log=spec.log, step=spec.step)
+        try:
+            return FloatDistribution(low, high, log=spec.log, step=spec.step)
+        except ArithmeticError:  # Optuna's decimal grid holds at most 28 digits of (high - low) / step
+            raise TunerConfigError(f"{key}.step: {spec.step:g} is too small a grid step for "
+                                   f"[{low:g}, {high:g}]") from None
     for field_name, value in (("low", low), ("high", high), ("step", spec.step or 1)):
         _require(float(value).is_integer(), f"{key}.{field_name}", f"must be an integer, got {value}")
     return IntDistribution(int(low), int(high), log=spec.log, step=int(spec.step or 1))

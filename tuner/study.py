@@ -64,6 +64,7 @@ class TrialRunner:
     tracker: Any  # Tracker | FallbackTracker
     parent_run_id: str
     on_trial_end: Callable[[optuna.trial.Trial, TrialOutcome], None] | None = None
+    on_progress: Callable[[int, int, int], None] | None = None  # (trial number, requests done, requests)
 
     def __call__(self, trial: optuna.trial.Trial) -> list[float]:
         values = self.space.suggest(trial)
@@ -74,7 +75,8 @@ class TrialRunner:
         run_id = self.tracker.begin_trial(self.parent_run_id, trial.number, values, config_yaml,
                                           {"pagetune.baseline": str(is_baseline(trial)).lower()})
         job = TrialJob(trial.number, runtime, reference, self.traffic_key, self.app.tuner.objective.value,
-                       self.app.slo, self.app.quality, report_every=self._report_every())
+                       self.app.slo, self.app.quality, report_every=self._report_every(),
+                       capacity_steps=self.app.tuner.capacity_steps)
         outcome = self.supervisor.run(job, self.requests, lambda d, g: self._progress(trial, d, g),
                                       self.app.tuner.trial_timeout_s)
         self._record(trial, outcome)
@@ -92,11 +94,14 @@ class TrialRunner:
         return objective_values(self.app, outcome.metrics)
 
     def _report_every(self) -> int:
-        single = self.app.tuner.objective.value == "goodput" and self.app.tuner.pruner.value != "none"
-        return max(1, len(self.requests) // 5) if single else 0
+        """Finished requests between progress reports: about 20 per replay (a progress bar, and the pruner)."""
+        return max(1, len(self.requests) // 20)
 
-    @staticmethod
-    def _progress(trial: optuna.trial.Trial, done: int, goodput: float) -> bool:
+    def _progress(self, trial: optuna.trial.Trial, done: int, goodput: float) -> bool:
+        if self.on_progress is not None:
+            self.on_progress(trial.number, done, len(self.requests))
+        if self.app.tuner.objective.value != "goodput" or self.app.tuner.pruner.value == "none":
+            return True  # Optuna prunes single-objective studies only
         trial.report(goodput, step=done)
         return not trial.should_prune()
 

@@ -5,7 +5,6 @@ Plans are (seq id, start, num_new_tokens, sample) in scheduled order; integrity 
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -29,7 +29,8 @@ def _traffic(kind: str, tmp: Path) -> tuple[Path, list[str]]:
         return SAMPLE_TRAFFIC, []
     if kind == "openai":
         return _openai_log(tmp / "requests.jsonl"), []
-    path = SHARED_TRACES / {"azure": "azure_llm_2023_code.csv", "mooncake": "mooncake_fast25_synthetic_trace.jsonl"}[kind]
+    names = {"azure": "azure_llm_2023_code.csv", "mooncake": "mooncake_fast25_synthetic_trace.jsonl"}
+    path = SHARED_TRACES / names[kind]
     if not path.exists():
         pytest.skip(f"{path} is not here (the shared traces live outside the project)")
     return path, ["replay.long_prompts=truncate"]
@@ -97,6 +98,6 @@ def test_bad_traffic_line_names_file_and_line(tmp_path):
 def test_help_and_cfg_job_behave_like_hydra(tmp_path):
     help_out = run_tuner(["python", "-m", "tuner", "--help"], cwd=tmp_path, timeout=120)
     assert help_out.returncode == 0 and "== Config ==" in help_out.stdout
-    cfg = run_tuner(tuner_args(tmp_path, SAMPLE_TRAFFIC)[:4] + ["--cfg", "job"], cwd=tmp_path, timeout=120)
+    cfg = run_tuner([*tuner_args(tmp_path, SAMPLE_TRAFFIC)[:4], "--cfg", "job"], cwd=tmp_path, timeout=120)
     assert cfg.returncode == 0, cfg.stderr[-2000:]
     assert yaml.safe_load(cfg.stdout)["traffic"] == str(SAMPLE_TRAFFIC)

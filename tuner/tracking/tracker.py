@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
+from mlflow.environment_variables import MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT
 from mlflow.exceptions import MlflowException
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -88,6 +89,10 @@ class Tracker:
     def _client(self) -> MlflowClient:
         # Built on first use, after check()'s probe: MlflowClient opens a database store at once,
         # and MLflow retries an unreachable database for minutes.
+        if self.masked_uri != self.uri:
+            # An HTTP store prints "View run ... at: <tracking URI>/#/..." on stdout whenever a run
+            # ends, the URI's password included; the setting is process-wide (MLflow has no other).
+            MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.set("true")
         return MlflowClient(tracking_uri=self.uri)
 
     @property

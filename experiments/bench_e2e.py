@@ -1,0 +1,125 @@
+"""End-to-end generation throughput on one GPU: pagetune `LLM.generate` against transformers.
+
+The ANCHORS workloads (Llama-3-8B shape, random bf16 weights, greedy, EOS ignored, 256 requests,
+token ids from torch.Generator().manual_seed(0)):
+    uniform  every prompt 512 tokens, every output 256
+    mixed    prompt lengths uniform in [64, 2048), output lengths uniform in [32, 512)
+Peers, measured in the same run: transformers static `generate` in left-padded batches of 64 (run to
+the batch's longest output; only each request's own tokens count as useful) and transformers
+`generate_batch` (uniform only). Also: KV waste against the contiguous preallocation a static batch
+needs, and the roofline fraction (prefill FLOPs at the measured GEMM rate + decode bytes at the
+measured copy rate). Prints a markdown table; --record appends it to experiments/RESULTS.md.
+
+    python experiments/bench_e2e.py --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from bench_decode import header, record
+from e2e_peers import hf_generate_batch, hf_static, load_hf
+from e2e_roofline import ceilings, roofline_seconds, static_kv_waste
+
+from runtime import LLM, SamplingParams
+from runtime.model.presets import preset_config
+
+
+def workload(name: str, n: int, vocab: int) -> tuple[list[list[int]], list[int]]:
+    gen = torch.Generator().manual_seed(0)
+    if name == "uniform":
+        prompts = torch.randint(0, vocab, (n, 512), generator=gen).tolist()
+        return prompts, [256] * n
+    p_lens = torch.randint(64, 2048, (n,), generator=gen).tolist()
+    o_lens = torch.randint(32, 512, (n,), generator=gen).tolist()
+    return [torch.randint(0, vocab, (p,), generator=gen).tolist() for p in p_lens], o_lens
+
+
+def run_pagetune(model: str, prompts, outs, **knobs: Any) -> dict[str, float]:
+    llm = LLM(model=model, **knobs)
+    warm = [p[:64] for p in prompts[:8]]
+    llm.generate(warm, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)
+    llm.engine.step_stats.clear()
+    params = [SamplingParams(max_tokens=o, temperature=0.0, ignore_eos=True) for o in outs]
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    results = llm.generate(prompts, params, use_tqdm=False)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    tokens = sum(len(r.outputs[0].token_ids) for r in results)
+    busy = [s for s in llm.engine.step_stats if s.kv_allocated_slots]
+    waste = sum((s.kv_allocated_slots - s.kv_used_slots) / s.kv_allocated_slots for s in busy) / max(1, len(busy))
+    del llm, results
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"seconds": seconds, "tokens": tokens, "tok_s": tokens / seconds, "kv_waste": waste}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="llama-3-8b")
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--workloads", default="uniform,mixed")
+    parser.add_argument("--hf-batches", type=int, default=1, help="static batches of 64 timed per workload")
+    parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    parser.add_argument("--record", action="store_true")
+    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    args = parser.parse_args()
+    vocab = preset_config(args.model).vocab_size
+    gemm, copy = ceilings()
+    rows = []
+    for name in args.workloads.split(","):
+        prompts, outs = workload(name, args.requests, vocab)
+        row: dict[str, Any] = {"workload": name, "requests": args.requests}
+        if not args.skip_hf:
+            hf = load_hf(args.model)
+            row["hf_static_tok_s"] = hf_static(hf, prompts, outs, args.hf_batches)
+            row["hf_batch_tok_s"] = hf_generate_batch(hf, prompts[:64], outs[:64]) if name == "uniform" else None
+            del hf
+            gc.collect()
+            torch.cuda.empty_cache()
+        knobs = dict(max_num_seqs=256, max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=4096,
+                     gpu_memory_utilization=0.9)
+        eager = run_pagetune(args.model, prompts, outs, **knobs)
+        graphs = run_pagetune(args.model, prompts, outs, cuda_graphs=True, **knobs)
+        row |= {"pagetune_tok_s": eager["tok_s"], "pagetune_graphs_tok_s": graphs["tok_s"],
+                "kv_waste": graphs["kv_waste"], "static_kv_waste": static_kv_waste(prompts, outs, 64)}
+        best = max(eager["tok_s"], graphs["tok_s"])
+        row["roofline_fraction"] = roofline_seconds(args.model, prompts, outs, gemm, copy) * best / sum(outs)
+        rows.append(row)
+        print(row, flush=True)
+    table = render(rows, gemm, copy)
+    print(table)
+    if args.record:
+        record(header(f"End-to-end generation vs transformers ({args.model} shape, random bf16 weights)")
+               + "\n" + table + "\n", args.results)
+
+
+def _fmt(v: Any, digits: int = 0) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def render(rows: list[dict[str, Any]], gemm: float, copy: float) -> str:
+    lines = [f"Ceilings measured in this run: bf16 GEMM {gemm / 1e12:.0f} TFLOP/s, device copy {copy / 1e12:.2f} TB/s.",
+             "", "| workload | transformers static tok/s | generate_batch tok/s | pagetune eager tok/s | "
+             "pagetune + CUDA graphs tok/s | x static | x generate_batch | KV waste pagetune | KV waste static | "
+             "roofline fraction |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        best = max(r["pagetune_tok_s"], r["pagetune_graphs_tok_s"])
+        vs_static = best / r["hf_static_tok_s"] if r.get("hf_static_tok_s") else None
+        vs_batch = best / r["hf_batch_tok_s"] if r.get("hf_batch_tok_s") else None
+        lines.append(f"| {r['workload']} | {_fmt(r.get('hf_static_tok_s'))} | {_fmt(r.get('hf_batch_tok_s'))} | "
+                     f"{_fmt(r['pagetune_tok_s'])} | {_fmt(r['pagetune_graphs_tok_s'])} | {_fmt(vs_static, 2)} | "
+                     f"{_fmt(vs_batch, 2)} | {r['kv_waste']:.1%} | {r['static_kv_waste']:.1%} | "
+                     f"{r['roofline_fraction']:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""CUDA graphs for decode steps: one captured forward per padded batch size (`cuda_graphs: true`).
+
+A pure-decode step of a single-tier engine (every scheduled sequence computes one token) replays
+the graph of the smallest bucket that holds its batch, after copying its inputs into the graph's
+static tensors. Padding rows write their K/V to a slot one past the end of the pool, which the
+Triton KV write skips, and attend to one position of block 0 (read only, result dropped).
+
+    buckets: 1 2 4 8 16 24 32 ... max_num_seqs (multiples of 8)    a batch of 13 replays bucket 16
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime.attention import AttentionMetadata, DecodeBatch, KVCache, TierBatch
+from runtime.config import KernelConfig
+from runtime.kv.manager import KVCacheManager
+from runtime.model.llama import LlamaForCausalLM
+from runtime.scheduler import ScheduledSeq
+
+
+def buckets(max_batch: int) -> list[int]:
+    sizes = [b for b in (1, 2, 4) if b < max_batch] + list(range(8, max_batch + 8, 8))
+    return [b for b in sizes if b < max_batch + 8]
+
+
+class DecodeGraphs:
+    def __init__(self, model: LlamaForCausalLM, caches: list[KVCache], kv: KVCacheManager, kernel: KernelConfig,
+                 max_batch: int, device: torch.device) -> None:
+        assert len(kv.tiers) == 1, "decode graphs need a single tier"
+        self.model, self.caches, self.kv = model, caches, kv
+        tier = kv.tiers[0]
+        self.block_size = tier.block_size
+        self.width = -(-tier.max_len // tier.block_size)  # block-table columns: a max_model_len request
+        self.pad_slot = tier.num_blocks * tier.block_size  # past the end: the Triton KV write skips it
+        self.sizes = buckets(max_batch)
+        top = self.sizes[-1]
+        self.ids = torch.zeros(top, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(top, dtype=torch.int64, device=device)
+        self.slots = torch.full((top,), self.pad_slot, dtype=torch.int64, device=device)
+        self.tables = torch.zeros(top, self.width, dtype=torch.int32, device=device)
+        self.context = torch.ones(top, dtype=torch.int32, device=device)
+        self.kernel = kernel
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.hidden: dict[int, torch.Tensor] = {}
+        self._capture_all()
+
+    def _meta(self, b: int) -> AttentionMetadata:
+        rows = slice(0, b)
+        decode = DecodeBatch(rows, self.tables[:b], self.context[:b])
+        tier = TierBatch(0, rows, self.slots[:b], decode, None)
+        k = self.kernel
+        return AttentionMetadata((tier,), True, k.qk_clip, k.flash_min_len, k.split_kv_min_len)
+
+    def _forward(self, b: int) -> torch.Tensor:
+        return self.model(self.ids[:b], self.positions[:b], self._meta(b), self.caches)
+
+    @torch.inference_mode()
+    def _capture_all(self) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm up: compiles the Triton kernels outside any capture
+            for b in self.sizes:
+                self._forward(b)
+        torch.cuda.current_stream().wait_stream(stream)
+        pool = torch.cuda.graph_pool_handle()
+        for b in reversed(self.sizes):  # largest first, so smaller graphs reuse its memory pool
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.hidden[b] = self._forward(b)
+            self.graphs[b] = graph
+        torch.cuda.synchronize()
+
+    def can_run(self, scheduled: tuple[ScheduledSeq, ...]) -> bool:
+        return 0 < len(scheduled) <= self.sizes[-1] and all(s.num_new_tokens == 1 and s.sample for s in scheduled)
+
+    @torch.inference_mode()
+    def run(self, scheduled: tuple[ScheduledSeq, ...]) -> torch.Tensor:
+        """Hidden states [len(scheduled), H] of this decode step, from the replayed graph."""
+        n = len(scheduled)
+        b = next(s for s in self.sizes if s >= n)
+        bs = self.block_size
+        ids, pos, slots, ctx, rows = [], [], [], [], []
+        for it in scheduled:
+            table = self.kv.block_table(it.seq)
+            ids.append(it.seq.token_ids[it.start])
+            pos.append(it.start)
+            slots.append(table[it.start // bs] * bs + it.start % bs)
+            ctx.append(it.start + 1)
+            rows.append(table + [0] * (self.width - len(table)))
+        pad = b - n
+        self.ids[:b].copy_(torch.tensor(ids + [0] * pad), non_blocking=True)
+        self.positions[:b].copy_(torch.tensor(pos + [0] * pad), non_blocking=True)
+        self.slots[:b].copy_(torch.tensor(slots + [self.pad_slot] * pad), non_blocking=True)
+        self.context[:b].copy_(torch.tensor(ctx + [1] * pad, dtype=torch.int32), non_blocking=True)
+        self.tables[:n].copy_(torch.tensor(rows, dtype=torch.int32), non_blocking=True)
+        self.tables[n:b].zero_()
+        self.graphs[b].replay()
+        return self.hidden[b][:n]
