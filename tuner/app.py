@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import optuna
@@ -65,6 +66,8 @@ def _mask_hydra_record(hydra: DictConfig) -> None:
 
 def run(cfg: DictConfig) -> int:
     _mask_hydra_record(HydraConfig.get())
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours (_trial_line)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # RDB heartbeats
     try:
         app = load_app_config(cfg)
         traffic = _load(app)
@@ -100,9 +103,17 @@ def run(cfg: DictConfig) -> int:
 
 
 def _tune(app, space, traffic, windows, tracker, parent, supervisor, out_dir: Path) -> int:
-    bar = tqdm(total=app.tuner.n_trials, desc="trials", unit="trial")
+    bar = tqdm(total=app.tuner.n_trials, desc="trials", unit="trial", position=0)
+    replay_bar = tqdm(total=len(windows.search), desc="replay", unit="req", position=1, leave=False)
+
+    def on_progress(number: int, done: int, total: int) -> None:
+        replay_bar.set_description(f"trial {number} replay")
+        replay_bar.n = done
+        replay_bar.refresh()
 
     def on_trial_end(trial, outcome):
+        replay_bar.n = 0
+        replay_bar.refresh()
         bar.update(1)
         bar.write(_trial_line(trial, outcome))
 
@@ -113,8 +124,9 @@ def _tune(app, space, traffic, windows, tracker, parent, supervisor, out_dir: Pa
 
     study = open_study(app, space, on_stale)
     bar.update(min(trials_counted(study), app.tuner.n_trials))
-    runner = TrialRunner(app, space, supervisor, windows.search, "search", tracker, parent, on_trial_end)
+    runner = TrialRunner(app, space, supervisor, windows.search, "search", tracker, parent, on_trial_end, on_progress)
     run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s)
+    replay_bar.close()
     bar.close()
     picked = pick(study, app)
     validation = validate(supervisor, app, picked, windows.search, windows.validation)

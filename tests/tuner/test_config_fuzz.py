@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.config import ConfigError, EngineConfig
 from tuner.config import CONF_DIR, TunerConfigError, load_app_config
@@ -255,8 +255,8 @@ APP_SECTIONS = ("slo", "tuner", "storage", "tracking", "replay", "validation", "
 
 
 @settings(max_examples=UNKNOWN_KEY_EXAMPLES, deadline=None)
-@given(section=st.sampled_from(["", *APP_SECTIONS]), name=st.text(min_size=1, max_size=12).filter(lambda s: "." not in s),
-       value=ANY)
+@given(section=st.sampled_from(["", *APP_SECTIONS]),
+       name=st.text(min_size=1, max_size=12).filter(lambda s: "." not in s), value=ANY)
 def test_unknown_app_key_is_named(traffic, section, name, value):
     known = {k.split(".")[-1] for k in APP_BAD if k.startswith(f"{section}.")} | {"traffic", "runtime", "params",
                                                                                    *APP_SECTIONS, "traffic_format"}
@@ -283,8 +283,8 @@ def test_traffic_key_errors(data, message):
 
 # ---- search-space declarations ------------------------------------------------------------------
 
-BOUND = st.one_of(st.none(), st.sampled_from([0, 0.25, 1, 2, 1e-300, 1e300, math.inf, -math.inf, math.nan]), st.floats(),
-                  st.integers(-3, 300), HUGE, TEXT, st.booleans())
+EDGES = [0, 0.25, 1, 2, 1e-300, 1e300, math.inf, -math.inf, math.nan]
+BOUND = st.one_of(st.none(), st.sampled_from(EDGES), st.floats(), st.integers(-3, 300), HUGE, TEXT, st.booleans())
 KNOB = st.fixed_dictionaries(
     {"path": st.sampled_from(["runtime.cache.watermark", "runtime.scheduler.max_num_seqs", "runtime.cache.nope",
                               "tiers.boundary"])},

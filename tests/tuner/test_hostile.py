@@ -44,7 +44,8 @@ FORBIDDEN = {
     r"\b(c?pickle|marshal|shelve|dill|cloudpickle|jsonpickle)\b": "unpickling runs code",
     r"yaml\.(unsafe_load|full_load|load_all)\(|yaml\.load\((?!.*SafeLoader)|\b(Unsafe|Full)?Loader=yaml\.(Unsafe|Full)?Loader\b":
         "a YAML loader that builds Python objects",
-    r"\binstantiate\(|hydra\.utils|\bget_(class|method|object)\(|_target_|_partial_": "Hydra builds objects named by config",
+    r"\binstantiate\(|hydra\.utils|\bget_(class|method|object)\(|_target_|_partial_":
+        "Hydra builds objects named by config",
     r"register_new_resolver|register_resolver": "a custom OmegaConf resolver could run code",
     r"os\.(system|popen|exec\w*|spawn\w*)\(|shell\s*=\s*True": "a shell command",
     r"trust_remote_code\s*=\s*True": "runs Python code shipped with a checkpoint",
@@ -78,8 +79,8 @@ def test_sources_hold_no_hook_that_runs_data_as_code():
 
 def test_the_patterns_catch_what_they_are_meant_to():
     caught = ["x = eval(text)", "exec(code)", "pickle.loads(b)", "yaml.load(f)", "yaml.load(f, Loader=yaml.Loader)",
-              "hydra.utils.instantiate(cfg)", "importlib.import_module(name)", "OmegaConf.register_new_resolver('x', f)",
-              "os.system(cmd)", "torch.load(path)", "AutoConfig.from_pretrained(p, trust_remote_code=True)"]
+              "hydra.utils.instantiate(cfg)", "importlib.import_module(name)", "os.system(cmd)", "torch.load(path)",
+              "OmegaConf.register_new_resolver('x', f)", "AutoConfig.from_pretrained(p, trust_remote_code=True)"]
     allowed = ["model.eval()", "re.compile(p)", "yaml.safe_load(f)", "yaml.load(f, Loader=yaml.SafeLoader)",
                "torch.load(path, weights_only=True)", "subprocess.run(args)"]
     matches = lambda line: any(re.search(p, line) for p in FORBIDDEN)

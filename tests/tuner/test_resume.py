@@ -27,8 +27,16 @@ def test_rerun_with_a_larger_budget_continues_the_study(tmp_path):
     assert len(parents) == 1 and len(children) == 3
 
 
+def _trial_1_run_is_open(tmp_path) -> bool:
+    try:
+        _, _, children = mlflow_runs(tmp_path, "k")
+    except Exception:  # the store may not be created yet
+        return False
+    return any(c.data.tags.get("pagetune.trial_number") == "1" and c.info.status == "RUNNING" for c in children)
+
+
 def _wait_for_running_trial(tmp_path, proc, deadline_s: float = 240) -> None:
-    """Until trial 0 is complete and trial 1 is running (read straight from the Optuna database)."""
+    """Until trial 0 is complete and trial 1 is running, in Optuna and in MLflow (read from their stores)."""
     start = time.monotonic()
     while time.monotonic() - start < deadline_s:
         assert proc.poll() is None, proc.stderr.read()[-3000:]
@@ -37,14 +45,15 @@ def _wait_for_running_trial(tmp_path, proc, deadline_s: float = 240) -> None:
                 states = [t.state for t in study_trials(tmp_path, "k")]
             except Exception:  # the study or its tables may not exist yet
                 states = []
-            if states[:2] == [TrialState.COMPLETE, TrialState.RUNNING]:
+            if states[:2] == [TrialState.COMPLETE, TrialState.RUNNING] and _trial_1_run_is_open(tmp_path):
                 return
         time.sleep(0.2)
     raise AssertionError("trial 1 never started")
 
 
 def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path):
-    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *FAST_HEARTBEAT, "replay.time_scale=1", study="k", trials=3)
+    slow = ["replay.time_scale=1", "replay.max_requests=60"]  # trials of a few seconds: time to catch one
+    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *FAST_HEARTBEAT, *slow, study="k", trials=3)
     env = {**os.environ, "TQDM_DISABLE": "1"}
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
