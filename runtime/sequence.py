@@ -53,10 +53,10 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: str | None = None
     prefix_checked: bool = False  # prefix cache consulted since the last (re)admission
+    num_prompt_tokens: int = field(init=False)  # a plain attribute: read on every step's hot path
 
-    @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.request.prompt_token_ids)
+    def __post_init__(self) -> None:
+        self.num_prompt_tokens = len(self.request.prompt_token_ids)
 
     @property
     def num_tokens(self) -> int:
@@ -77,5 +77,6 @@ class Sequence:
     @property
     def is_decode(self) -> bool:
         """True when exactly the last sampled token is left to compute (prompt done)."""
-        return self.num_uncomputed == 1 and self.num_computed_tokens >= self.num_prompt_tokens
+        computed = self.num_computed_tokens
+        return len(self.token_ids) - computed == 1 and computed >= self.num_prompt_tokens
 

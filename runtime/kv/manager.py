@@ -79,11 +79,12 @@ class KVCacheManager:
     def try_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool = False) -> list[BlockCopy] | None:
         """`allocate_slots` if the blocks are there, else None (the caller preempts); one pass on the hot path."""
         bs = self.tiers[seq.tier].block_size
+        computed = seq.num_computed_tokens
         table = self.tables.get(seq.seq_id)
         have = len(table) if table else 0
-        grow = -(-(seq.num_computed_tokens + num_new) // bs) - have
+        grow = -(-(computed + num_new) // bs) - have
         # Copy-on-write is only possible when writing into a partly filled block that is shared.
-        cow = seq.num_computed_tokens % bs != 0 and self._needs_cow(seq)
+        cow = computed % bs != 0 and self.pools[seq.tier].meta[table[computed // bs]].ref_count > 1
         if grow <= 0 and not cow:
             return []
         reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
@@ -207,12 +208,14 @@ class KVCacheManager:
         """Pool-wide usage; waste is the unfilled tail of each live sequence's last block."""
         allocated = sum(p.num_used * t.block_size for p, t in zip(self.pools, self.tiers))
         tails: dict[tuple[int, int], int] = {}  # (tier, last block) -> its empty slots; forks share a tail
+        tables, sizes = self.tables, [t.block_size for t in self.tiers]
         for seq in seqs:
-            table = self.tables.get(seq.seq_id)
+            table = tables.get(seq.seq_id)
             if table:
-                empty = max(0, len(table) * self.tiers[seq.tier].block_size - seq.num_computed_tokens)
+                empty = len(table) * sizes[seq.tier] - seq.num_computed_tokens
                 key = (seq.tier, table[-1])
-                tails[key] = min(tails.get(key, empty), empty)
+                if empty > 0 and tails.get(key, empty) >= empty:
+                    tails[key] = empty
         tail_waste = sum(tails.values())
         return KVUsage(
             used_blocks=sum(p.num_used for p in self.pools),
