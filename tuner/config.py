@@ -3,12 +3,12 @@
 Each section is declared once, below, as a frozen dataclass with a comment on every field; its
 `__post_init__` checks values with messages that name the dotted key. Hydra needs mutable
 dataclasses, so `hydra_schema` derives a mutable twin of each (same fields, types, defaults) and
-the tree is registered in the ConfigStore as `pagetune_schema`: an unknown or mistyped key fails
+the tree is registered in the ConfigStore as `pagetune_schema` (`tuner.schema`): an unknown or mistyped key fails
 at compose with Hydra's message naming the key. `load_app_config` turns the composed DictConfig
 into these frozen dataclasses; the runtime section is validated by `runtime.config.EngineConfig`.
 
-Nothing here instantiates a class named by configuration: samplers, pruners and storages are built
-from enum names by fixed tables.
+Nothing instantiates a class named by configuration: samplers, pruners and storages are built from
+enum names by fixed tables (`tuner.optuna_setup`).
 """
 
 from __future__ import annotations
@@ -19,26 +19,25 @@ import difflib
 import math
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-import optuna
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runtime.config import ConfigError, EngineConfig
+from tuner.schema import hydra_schema
 
 __all__ = [
     "CONF_DIR", "AppConfig", "LongPrompts", "ObjectiveName", "OnError", "ParamConfig", "PrunerName",
     "QualityConfig", "ReplayConfig", "SamplerName", "SearchConfig", "SloConfig", "StorageBackend",
     "StorageConfig", "TrackingConfig", "TrafficFormat", "TunerConfig", "TunerConfigError",
-    "ValidationConfig", "WhenConfig", "build_pruner", "build_sampler", "build_storage", "hydra_schema",
-    "load_app_config",
+    "ValidationConfig", "WhenConfig", "load_app_config",
 ]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the Hydra config tree of the repository
@@ -295,51 +294,6 @@ class AppConfig:
     quality: QualityConfig = field(default_factory=QualityConfig)
 
 
-# --- Optuna builders: fixed tables from enum names ----------------------------------------------------
-# Constraints are not passed as `constraints_func` (deprecated in Optuna 5): the objective calls
-# `trial.set_constraint(name, value)` and TPE, GP and NSGA-II read those values themselves.
-
-_SAMPLERS = {
-    SamplerName.tpe: lambda t: optuna.samplers.TPESampler(seed=t.seed, n_startup_trials=t.n_startup_trials),
-    SamplerName.gp: lambda t: optuna.samplers.GPSampler(seed=t.seed, n_startup_trials=t.n_startup_trials),
-    SamplerName.nsga2: lambda t: optuna.samplers.NSGAIISampler(seed=t.seed,
-                                                               population_size=t.population_size),
-    SamplerName.random: lambda t: optuna.samplers.RandomSampler(seed=t.seed),
-    # scramble: without it a Sobol sequence ignores the seed.
-    SamplerName.qmc: lambda t: optuna.samplers.QMCSampler(seed=t.seed, scramble=True),
-}
-
-_PRUNERS = {
-    PrunerName.median: lambda t: optuna.pruners.MedianPruner(
-        n_startup_trials=t.pruner_startup_trials, n_warmup_steps=t.pruner_warmup_steps),
-    PrunerName.hyperband: lambda t: optuna.pruners.HyperbandPruner(),
-    PrunerName.none: lambda t: optuna.pruners.NopPruner(),
-}
-
-
-def build_sampler(cfg: TunerConfig) -> optuna.samplers.BaseSampler:
-    """The Optuna sampler named by `tuner.sampler`."""
-    return _SAMPLERS[cfg.sampler](cfg)
-
-
-def build_pruner(cfg: TunerConfig) -> optuna.pruners.BasePruner:
-    """The Optuna pruner named by `tuner.pruner`."""
-    return _PRUNERS[cfg.pruner](cfg)
-
-
-def build_storage(cfg: StorageConfig, on_stale: Callable[..., None] | None = None) -> optuna.storages.BaseStorage:
-    """RDB storage (SQLite, PostgreSQL) with heartbeats, or a journal file for several local workers.
-
-    `on_stale(study, trial)` runs when a worker finds a trial whose worker stopped beating (RDB only:
-    journal storage has no heartbeats, so a killed worker's trial stays RUNNING there).
-    """
-    if cfg.backend is StorageBackend.journal:
-        backend = optuna.storages.journal.JournalFileBackend(cfg.url)
-        return optuna.storages.JournalStorage(backend)
-    return optuna.storages.RDBStorage(cfg.url, heartbeat_interval=cfg.heartbeat_interval_s,
-                                      grace_period=cfg.grace_period_s, heartbeat_stale_trial_callback=on_stale)
-
-
 # --- loading --------------------------------------------------------------------------------------
 
 def load_app_config(cfg: DictConfig | Mapping[str, Any]) -> AppConfig:
@@ -419,60 +373,6 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     _check(hint is not float or not isinstance(value, int) or abs(value) <= sys.float_info.max, key,
            "too large for a float (|value| > 1.8e308)")
     return float(value) if hint is float else value
-
-
-# --- Hydra schema: mutable twins of the frozen dataclasses ----------------------------------------
-# Hydra merges YAML and overrides into its schema in place, which a frozen dataclass forbids, so the
-# schema is derived: same fields, types and defaults; nested dataclasses twinned; tuples as lists.
-
-_TWINS: dict[type, type] = {}
-
-
-def hydra_schema(cls: type) -> type:
-    """The mutable dataclass Hydra validates `cls`'s section with (cached)."""
-    if cls not in _TWINS:
-        hints = get_type_hints(cls)
-        specs = [(f.name, _twin_type(hints[f.name], f), field(default_factory=_twin_default(f)))
-                 for f in dataclasses.fields(cls)]
-        _TWINS[cls] = dataclasses.make_dataclass(f"{cls.__name__}Schema", specs)
-    return _TWINS[cls]
-
-
-def _twin_type(hint: Any, f: dataclasses.Field | None = None) -> Any:
-    origin, args = get_origin(hint), get_args(hint)
-    if f is not None and _no_default(f):  # a required field (traffic) is null until set
-        return _twin_type(hint) | None
-    if dataclasses.is_dataclass(hint):
-        return hydra_schema(hint)
-    if hint is Path:
-        return str
-    if origin in (Union, UnionType):
-        (inner,) = [a for a in args if a is not type(None)]
-        return _twin_type(inner) | None
-    if origin in (tuple, list):
-        return list[_twin_type(args[0])]
-    if origin is dict:
-        return dict[args[0], _twin_type(args[1])]
-    return hint
-
-
-def _no_default(f: dataclasses.Field) -> bool:
-    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-
-
-def _twin_default(f: dataclasses.Field) -> Callable[[], Any]:
-    if f.default_factory is not dataclasses.MISSING:
-        return lambda: _twin_value(f.default_factory())  # type: ignore[misc]
-    return lambda: None if _no_default(f) else _twin_value(f.default)
-
-
-def _twin_value(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        twin = hydra_schema(type(value))
-        return twin(**{f.name: _twin_value(getattr(value, f.name)) for f in dataclasses.fields(value)})
-    if isinstance(value, tuple):
-        return [_twin_value(v) for v in value]
-    return value
 
 
 # The root of conf/config.yaml's defaults list; every group is typed through it.

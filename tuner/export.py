@@ -30,7 +30,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from runtime.config import EngineConfig
-from tuner.config import hydra_schema
+from tuner.schema import hydra_schema
 
 __all__ = ["ExportPaths", "VllmArgs", "build_metadata", "describe_hardware", "vllm_args", "write_exports"]
 

@@ -19,8 +19,9 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import AppConfig, build_pruner, build_sampler, build_storage
+from tuner.config import AppConfig
 from tuner.locking import store_lock
+from tuner.optuna_setup import build_pruner, build_sampler, build_storage
 from tuner.space import SearchSpace, is_baseline
 from tuner.supervisor import WorkerSupervisor
 from tuner.tracking import RunState

@@ -25,11 +25,9 @@ from tuner.config import (
     TunerConfig,
     TunerConfigError,
     ValidationConfig,
-    build_pruner,
-    build_sampler,
-    build_storage,
     load_app_config,
 )
+from tuner.optuna_setup import build_pruner, build_sampler, build_storage
 
 
 @pytest.fixture
