@@ -19,8 +19,9 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from runtime.model.loader import load_config
-from tuner.config import AppConfig, TunerConfigError, load_app_config
+from tuner.config import AppConfig, StorageBackend, TunerConfigError, load_app_config
 from tuner.export import build_metadata, write_exports
+from tuner.journal_heartbeat import JournalHeartbeat
 from tuner.locking import store_lock
 from tuner.outputs import study_plots, summary_lines, write_report
 from tuner.redact import mask_text, mask_url
@@ -124,7 +125,12 @@ def _tune(app, space, traffic, windows, tracker, parent, supervisor, out_dir: Pa
 
     study = open_study(app, space, on_stale)
     bar.update(min(trials_counted(study), app.tuner.n_trials))
-    runner = TrialRunner(app, space, supervisor, windows.search, "search", tracker, parent, on_trial_end, on_progress)
+    heartbeat = None
+    if app.storage.backend is StorageBackend.journal:
+        heartbeat = JournalHeartbeat(app.storage.url, app.storage.heartbeat_interval_s, app.storage.grace_period_s,
+                                     on_stale)
+    runner = TrialRunner(app, space, supervisor, windows.search, "search", tracker, parent, on_trial_end, on_progress,
+                         heartbeat)
     run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s)
     replay_bar.close()
     bar.close()

@@ -193,9 +193,9 @@ class StorageConfig:
 
     backend: StorageBackend = StorageBackend.rdb  # rdb: SQLAlchemy URL | journal: a journal file
     url: str = "sqlite:///optuna.db"  # rdb: sqlite:///f.db or postgresql+psycopg://...; journal: file path
-    heartbeat_interval_s: int = 60  # rdb: a running trial beats this often; a dead worker's trial goes stale
-    grace_period_s: int = 180  # rdb: no beat for this long and the trial is failed and retried
-    max_retry: int = 2  # rdb: times a stale (dead worker's) trial is re-queued
+    heartbeat_interval_s: int = 60  # a running trial beats this often; a dead worker's trial goes stale
+    grace_period_s: int = 180  # no beat for this long and the trial is failed and retried
+    max_retry: int = 2  # times a stale (dead worker's) trial is re-queued
 
     def __post_init__(self) -> None:
         _check(bool(self.url), "storage.url", "must not be empty")

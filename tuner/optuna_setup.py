@@ -43,8 +43,8 @@ def build_pruner(cfg: TunerConfig) -> optuna.pruners.BasePruner:
 def build_storage(cfg: StorageConfig, on_stale: Callable[..., None] | None = None) -> optuna.storages.BaseStorage:
     """RDB storage (SQLite, PostgreSQL) with heartbeats, or a journal file for several local workers.
 
-    `on_stale(study, trial)` runs when a worker finds a trial whose worker stopped beating (RDB only:
-    journal storage has no heartbeats, so a killed worker's trial stays RUNNING there).
+    `on_stale(study, trial)` runs when a worker finds a trial whose worker stopped beating. Optuna's
+    heartbeats are RDB-only; journal studies get theirs from `tuner.journal_heartbeat`.
     """
     if cfg.backend is StorageBackend.journal:
         backend = optuna.storages.journal.JournalFileBackend(cfg.url)

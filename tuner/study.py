@@ -10,6 +10,7 @@ with its reason. A failed trial never stops the study.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import AppConfig
+from tuner.journal_heartbeat import JournalHeartbeat
 from tuner.locking import store_lock
 from tuner.optuna_setup import build_pruner, build_sampler, build_storage
 from tuner.space import SearchSpace, is_baseline
@@ -66,8 +68,18 @@ class TrialRunner:
     parent_run_id: str
     on_trial_end: Callable[[optuna.trial.Trial, TrialOutcome], None] | None = None
     on_progress: Callable[[int, int, int], None] | None = None  # (trial number, requests done, requests)
+    heartbeat: JournalHeartbeat | None = None  # journal storage only: RDB storage beats by itself
+
+    def fail_stale(self, study: optuna.Study, running: int | None = None) -> None:
+        """Fail (and re-queue) trials whose worker died; RDB storage does it through its heartbeats."""
+        if self.heartbeat is not None:
+            self.heartbeat.fail_stale(study, running)
+        else:
+            optuna.storages.fail_stale_trials(study)
 
     def __call__(self, trial: optuna.trial.Trial) -> list[float]:
+        if self.heartbeat is not None:
+            self.heartbeat.fail_stale(trial.study, running=trial.number)
         values = self.space.suggest(trial)
         runtime = self.space.apply(self.app.runtime.to_dict(), values)
         base = self.app.runtime.to_dict()
@@ -78,8 +90,10 @@ class TrialRunner:
         job = TrialJob(trial.number, runtime, reference, self.traffic_key, self.app.tuner.objective.value,
                        self.app.slo, self.app.quality, report_every=self._report_every(),
                        capacity_steps=self.app.tuner.capacity_steps)
-        outcome = self.supervisor.run(job, self.requests, lambda d, g: self._progress(trial, d, g),
-                                      self.app.tuner.trial_timeout_s)
+        beating = self.heartbeat.beating(trial) if self.heartbeat else contextlib.nullcontext()
+        with beating:
+            outcome = self.supervisor.run(job, self.requests, lambda d, g: self._progress(trial, d, g),
+                                          self.app.tuner.trial_timeout_s)
         self._record(trial, outcome)
         trial.set_user_attr("runtime", runtime)
         state = RunState.FAILED if outcome.status in FAILED else RunState.FINISHED
@@ -131,6 +145,7 @@ def run_search(study: optuna.Study, runner: TrialRunner, n_trials: int, timeout_
         if trials_counted(study) >= n_trials:
             study.stop()
 
+    runner.fail_stale(study)  # a killed run's trial is failed and re-queued before the budget is counted
     if trials_counted(study) >= n_trials:
         log.info("study %s already holds %d trials: nothing to run", study.study_name, trials_counted(study))
         return

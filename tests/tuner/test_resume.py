@@ -7,6 +7,8 @@ import signal
 import subprocess
 import time
 
+import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tests.tuner.cli import mlflow_runs, run_tuner, study_trials, tuner_args
@@ -35,14 +37,21 @@ def _trial_1_run_is_open(tmp_path) -> bool:
     return any(c.data.tags.get("pagetune.trial_number") == "1" and c.info.status == "RUNNING" for c in children)
 
 
-def _wait_for_running_trial(tmp_path, proc, deadline_s: float = 240) -> None:
+def _trials(tmp_path, storage: str) -> list[optuna.trial.FrozenTrial]:
+    if storage == "sqlite":
+        return study_trials(tmp_path, "k")
+    backend = optuna.storages.journal.JournalFileBackend(str(tmp_path / "optuna_journal.log"))
+    return optuna.load_study(study_name="k", storage=optuna.storages.JournalStorage(backend)).get_trials()
+
+
+def _wait_for_running_trial(tmp_path, proc, storage: str, deadline_s: float = 240) -> None:
     """Until trial 0 is complete and trial 1 is running, in Optuna and in MLflow (read from their stores)."""
     start = time.monotonic()
     while time.monotonic() - start < deadline_s:
         assert proc.poll() is None, proc.stderr.read()[-3000:]
-        if (tmp_path / "optuna.db").exists():
+        if (tmp_path / "optuna.db").exists() or (tmp_path / "optuna_journal.log").exists():
             try:
-                states = [t.state for t in study_trials(tmp_path, "k")]
+                states = [t.state for t in _trials(tmp_path, storage)]
             except Exception:  # the study or its tables may not exist yet
                 states = []
             if states[:2] == [TrialState.COMPLETE, TrialState.RUNNING] and _trial_1_run_is_open(tmp_path):
@@ -51,21 +60,24 @@ def _wait_for_running_trial(tmp_path, proc, deadline_s: float = 240) -> None:
     raise AssertionError("trial 1 never started")
 
 
-def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path):
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path, storage):
+    """SQLite (RDB) storage beats through Optuna; a journal file through pagetune's own heartbeat thread."""
     slow = ["replay.time_scale=1", "replay.max_requests=60"]  # trials of a few seconds: time to catch one
-    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *FAST_HEARTBEAT, *slow, study="k", trials=3)
+    journal = ["storage=journal", f"storage.url={tmp_path}/optuna_journal.log"] if storage == "journal" else []
+    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *FAST_HEARTBEAT, *slow, *journal, study="k", trials=3)
     env = {**os.environ, "TQDM_DISABLE": "1"}
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
     try:
-        _wait_for_running_trial(tmp_path, proc)
+        _wait_for_running_trial(tmp_path, proc, storage)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the tuner and its worker, mid-trial
         proc.wait()
     time.sleep(3)  # past the grace period: trial 1 is stale
     rerun = run_tuner(args, cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    trials = study_trials(tmp_path, "k")
+    trials = _trials(tmp_path, storage)
     assert trials[1].state is TrialState.FAIL  # failed by heartbeat...
     retry = [t for t in trials if t.system_attrs.get("failed_trial") == 1]
     assert len(retry) == 1 and retry[0].state is TrialState.COMPLETE  # ...and retried with its parameters
