@@ -48,11 +48,23 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
+def _sliding_window(hf_config) -> int | None:
+    """The attention window when the model uses one (Mistral v0.1; Qwen2 only with use_sliding_window)."""
+    window = getattr(hf_config, "sliding_window", None)
+    active = getattr(hf_config, "use_sliding_window", hf_config.model_type == "mistral")
+    return window if window and active else None
+
+
 def resolve_max_model_len(config: EngineConfig, hf_config) -> int:
-    limit = hf_config.max_position_embeddings
+    """The model's limit, or the configured one. Sliding-window attention is not implemented: within the
+    window it equals full attention, so a windowed model is capped at its window, exactly."""
+    window = _sliding_window(hf_config)
+    limit = min(hf_config.max_position_embeddings, window or hf_config.max_position_embeddings)
     wanted = config.scheduler.max_model_len or limit
     if wanted > limit:
-        raise ConfigError(f"scheduler.max_model_len ({wanted}) exceeds the model's max_position_embeddings ({limit})")
+        why = f"sliding window ({window})" if window and window < hf_config.max_position_embeddings else \
+            f"max_position_embeddings ({limit})"
+        raise ConfigError(f"scheduler.max_model_len ({wanted}) exceeds the model's {why}")
     return wanted
 
 

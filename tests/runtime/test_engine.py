@@ -116,3 +116,17 @@ def test_timestamps_and_step_stats(llama_dir):
     first = engine.step_stats[0]
     assert (first.num_running, first.num_batched_tokens, first.kv_used_blocks) == (1, 10, 3)
     assert (first.kv_allocated_slots, first.kv_used_slots) == (12, 10)
+
+
+def test_sliding_window_models_are_capped_at_their_window(tmp_path):
+    """Within its window sliding-window attention equals full attention, so the cap keeps outputs exact."""
+    import torch
+    from transformers import AutoModelForCausalLM, MistralConfig
+
+    config = MistralConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                           sliding_window=64)
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(tmp_path)
+    assert make_llm(tmp_path, block_size=4).engine.max_model_len == 64
+    with pytest.raises(ConfigError, match=r"scheduler.max_model_len \(128\) exceeds the model's sliding window \(64\)"):
+        make_llm(tmp_path, block_size=4, max_model_len=128)
