@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tuner.tracking.records import RunState, json_safe
+from tuner.tracking.records import RunState, TrialLogging, json_safe
 
 __all__ = ["OFFLINE_PREFIX", "FallbackTracker", "is_offline"]
 
@@ -32,7 +32,7 @@ def is_offline(run_id: str) -> bool:
     return run_id.startswith(OFFLINE_PREFIX)
 
 
-class FallbackTracker:
+class FallbackTracker(TrialLogging):
     """Same calls as :class:`tuner.tracking.Tracker`, appending JSON lines to ``path`` instead."""
 
     enabled = False
@@ -72,13 +72,6 @@ class FallbackTracker:
                                    "reason": reason, "latency_rows": [dict(r) for r in latency_rows]})
         logger.warning("MLflow tracking is disabled: %s %s appended to %s", run_id, state.value, self.path)
 
-    def log_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
-                  metrics: Mapping[str, float], state: RunState | str, reason: str | None,
-                  config_yaml: str, latency_rows: Sequence[Mapping[str, Any]],
-                  extra_tags: Mapping[str, Any]) -> str:
-        run_id = self.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags)
-        self.end_trial(run_id, metrics, state, reason, latency_rows)
-        return run_id
 
     def mark_stale_running(self, parent_run_id: str, alive_trial_numbers: Collection[int]) -> list[int]:
         # Nothing was left RUNNING in MLflow by this tracker; the reader sees begins without ends.

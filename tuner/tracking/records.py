@@ -134,3 +134,16 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return mask_text(str(value))
+
+
+class TrialLogging:
+    """`log_trial` = `begin_trial` + `end_trial`, shared by the MLflow tracker and its fallback."""
+
+    def log_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
+                  metrics: Mapping[str, float], state: RunState | str, reason: str | None,
+                  config_yaml: str, latency_rows: Sequence[Mapping[str, Any]],
+                  extra_tags: Mapping[str, Any]) -> str:
+        """Record one finished trial as one closed child run; returns its run id."""
+        run_id = self.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags)  # type: ignore[attr-defined]
+        self.end_trial(run_id, metrics, state, reason, latency_rows)  # type: ignore[attr-defined]
+        return run_id

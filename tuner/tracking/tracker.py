@@ -45,6 +45,7 @@ from tuner.tracking.records import (
     OnUnreachable,
     RunState,
     TrackingError,
+    TrialLogging,
     latency_csv,
     params_to_strings,
     tags_to_strings,
@@ -62,7 +63,7 @@ _STORE_ERRORS = (MlflowException, SQLAlchemyError, OSError)
 PARENT_SETTLE_S = 1.0
 
 
-class Tracker:
+class Tracker(TrialLogging):
     """Logs a study to the MLflow store at ``uri`` under ``experiment``.
 
     ``fallback_path`` receives the JSONL payloads when the store is unreachable and
@@ -204,14 +205,6 @@ class Tracker:
 
     # ---- trials -------------------------------------------------------------------------------
 
-    def log_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
-                  metrics: Mapping[str, float], state: RunState | str, reason: str | None,
-                  config_yaml: str, latency_rows: Sequence[Mapping[str, Any]],
-                  extra_tags: Mapping[str, Any]) -> str:
-        """Record one finished trial as one closed child run; returns its run id."""
-        run_id = self.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags)
-        self.end_trial(run_id, metrics, state, reason, latency_rows)
-        return run_id
 
     def begin_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
                     config_yaml: str, extra_tags: Mapping[str, Any]) -> str:
