@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import groupby
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from runtime.attention import AttentionMetadata, DecodeBatch, PrefillBatch, TierBatch
@@ -20,10 +21,16 @@ class StepInputs(NamedTuple):
     sample_rows: torch.Tensor  # [N] int64: row of the last token of each sequence that samples
 
 
+def _tensor(values: list[int], dtype: np.dtype, device: torch.device) -> torch.Tensor:
+    """A host list as a device tensor (through numpy: several times faster than torch.tensor on lists)."""
+    return torch.from_numpy(np.asarray(values, dtype=dtype)).to(device)
+
+
 def _tables(tables: list[list[int]], device: torch.device) -> torch.Tensor:
-    width = max(len(t) for t in tables)
-    padded = [t + [0] * (width - len(t)) for t in tables]
-    return torch.tensor(padded, dtype=torch.int32, device=device)  # [B, max_blocks]
+    padded = np.zeros((len(tables), max(len(t) for t in tables)), dtype=np.int32)  # [B, max_blocks]
+    for row, table in zip(padded, tables):
+        row[: len(table)] = table
+    return torch.from_numpy(padded).to(device)
 
 
 def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_row: int, device: torch.device):
@@ -44,11 +51,11 @@ def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_
         qsl.append(qsl[-1] + it.num_new_tokens)
     rows = slice(first_row, first_row + len(ids))
     block_tables = _tables(tables, device)
-    context_lens = torch.tensor(ctx, dtype=torch.int32, device=device)
+    context_lens = _tensor(ctx, np.int32, device)
     if is_decode:
         batch = DecodeBatch(rows, block_tables, context_lens)
     else:
-        batch = PrefillBatch(rows, block_tables, torch.tensor(qsl, dtype=torch.int32, device=device), context_lens)
+        batch = PrefillBatch(rows, block_tables, _tensor(qsl, np.int32, device), context_lens)
     return batch, ids, pos, slots
 
 
@@ -67,16 +74,16 @@ def build_inputs(scheduled: tuple[ScheduledSeq, ...], kv: KVCacheManager, kernel
             ids += p_ids
             pos += p_pos
             slots += p_slots
-        slot_mapping = torch.tensor(slots, dtype=torch.int64, device=device)
+        slot_mapping = _tensor(slots, np.int64, device)
         tiers.append(TierBatch(tier, slice(start, len(ids)), slot_mapping, parts.get(True), parts.get(False)))
     rows = _sample_rows(scheduled)
     pad = -len(ids) % kernel.pad_multiple  # GEMM-friendly token count; pad rows are in no tier
     meta = AttentionMetadata(tuple(tiers), use_triton, kernel.qk_clip, kernel.flash_min_len, kernel.split_kv_min_len)
     return StepInputs(
-        input_ids=torch.tensor(ids + [0] * pad, dtype=torch.int64, device=device),
-        positions=torch.tensor(pos + [0] * pad, dtype=torch.int64, device=device),
+        input_ids=_tensor(ids + [0] * pad, np.int64, device),
+        positions=_tensor(pos + [0] * pad, np.int64, device),
         meta=meta,
-        sample_rows=torch.tensor(rows, dtype=torch.int64, device=device),
+        sample_rows=_tensor(rows, np.int64, device),
     )
 
 
