@@ -40,10 +40,13 @@ class TrialFailed(Exception):
 
 
 def open_study(app: AppConfig, space: SearchSpace, on_stale: Callable | None = None) -> optuna.Study:
-    study = optuna.create_study(
-        study_name=app.tuner.study_name, storage=build_storage(app.storage, on_stale), sampler=build_sampler(app.tuner),
-        pruner=build_pruner(app.tuner), directions=list(app.tuner.directions), load_if_exists=True)
-    with store_lock(app.storage.url, f"baseline:{app.tuner.study_name}"):
+    """Create or load the study and enqueue its baseline once. Under the store lock: workers starting
+    together on a fresh database would otherwise race on creating Optuna's tables and the baseline."""
+    with store_lock(app.storage.url, f"open:{app.tuner.study_name}"):
+        study = optuna.create_study(
+            study_name=app.tuner.study_name, storage=build_storage(app.storage, on_stale),
+            sampler=build_sampler(app.tuner), pruner=build_pruner(app.tuner), directions=list(app.tuner.directions),
+            load_if_exists=True)
         space.enqueue_baseline(study, app.runtime.to_dict())
     return study
 
