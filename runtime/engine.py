@@ -15,7 +15,7 @@ import torch
 
 from runtime.config import EngineConfig
 from runtime.kv.integrity import check_integrity
-from runtime.kv.manager import KVCacheManager, TierSpec
+from runtime.kv.manager import KVCacheManager
 from runtime.model.llama import LlamaForCausalLM
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from runtime.placement import Placement, plan_placement
@@ -70,14 +70,6 @@ class LLMEngine:
         self._seeds = itertools.count(config.seed * 1_000_003)
         eos = self.model_config.eos_token_id
         self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
-
-    @property
-    def num_kv_blocks(self) -> int:
-        return sum(t.num_blocks for t in self.kv.tiers)
-
-    @property
-    def tiers(self) -> tuple[TierSpec, ...]:
-        return self.kv.tiers
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._pending)

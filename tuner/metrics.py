@@ -48,6 +48,14 @@ def meets_slo(row: dict[str, Any], slo: SloConfig) -> bool:
     return ok and (slo.e2e_s is None or row["e2e_s"] <= slo.e2e_s)
 
 
+def goodput(records: Sequence[RequestRecord], slo: SloConfig) -> float:
+    """Requests meeting the SLO per second of replay (first arrival to last finish); also on a partial replay."""
+    if not records:
+        return 0.0
+    span = max(r.finished for r in records) - min(r.arrival for r in records)
+    return sum(meets_slo(latency_row(r), slo) for r in records) / max(span, 1e-9)
+
+
 def _percentiles(name: str, values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {f"{name}_p{q}_s": float("nan") for q in PERCENTILES}
@@ -81,7 +89,7 @@ def summarize(result: ReplayResult, slo: SloConfig, peak_memory_gb: float) -> di
         "busy_s": result.busy_s,
         "throughput_rps": len(done) / duration,
         "output_tok_s": sum(r["output_tokens"] for r in done) / duration,
-        "goodput_rps": good / duration,
+        "goodput_rps": goodput(result.records, slo),
         "slo_attainment": good / max(1, len(rows)),
         "prefix_hit_rate": sum(r.cached_tokens for r in result.records) / max(1, prompt),
         "preemptions": float(sum(r.preemptions for r in result.records)),

@@ -97,8 +97,7 @@ class TrialRunner:
         with beating:
             outcome = self.supervisor.run(job, self.requests, lambda d, g: self._progress(trial, d, g),
                                           self.app.tuner.trial_timeout_s)
-        self._record(trial, outcome)
-        trial.set_user_attr("runtime", runtime)
+        self._record(trial, outcome, runtime)
         state = RunState.FAILED if outcome.status in FAILED else RunState.FINISHED
         if outcome.status is TrialStatus.pruned:
             state = RunState.KILLED
@@ -123,11 +122,12 @@ class TrialRunner:
         trial.report(goodput, step=done)
         return not trial.should_prune()
 
-    def _record(self, trial: optuna.trial.Trial, outcome: TrialOutcome) -> None:
+    def _record(self, trial: optuna.trial.Trial, outcome: TrialOutcome, runtime: dict[str, Any]) -> None:
         """Constraints (feasible when <= 0) and user attrs: the report reads them back from the storage."""
         cannot_start = outcome.status is TrialStatus.infeasible and outcome.quality is None
         trial.set_constraint("memory", 1.0 if cannot_start else -1.0)  # e.g. too little memory for the config
         trial.set_constraint("quality", outcome.quality.violation(self.app.quality) if outcome.quality else -1.0)
+        trial.set_user_attr("runtime", runtime)
         trial.set_user_attr("status", outcome.status.value)
         trial.set_user_attr("reason", outcome.reason)
         trial.set_user_attr("metrics", {k: v for k, v in outcome.metrics.items() if v == v})  # NaN dropped

@@ -21,7 +21,7 @@ from runtime.model.llama import LlamaForCausalLM
 from runtime.model.loader import ModelLoadError, load_model
 from runtime.placement import resolve_device, resolve_dtype
 from tuner.config import QualityConfig, SloConfig
-from tuner.metrics import latency_row, meets_slo, summarize
+from tuner.metrics import goodput, latency_row, summarize
 from tuner.quality import Probe, QualityResult, compare, run_probe
 from tuner.replay import ReplayResult, replay
 from tuner.traffic import TrafficRequest, rebase
@@ -116,12 +116,8 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], models: ModelCa
 
 
 def _replay(engine: LLMEngine, requests: Sequence[TrafficRequest], job: TrialJob, report: Report) -> ReplayResult:
-    def progress(done: int, records) -> bool:
-        rows = [latency_row(r) for r in records]
-        span = max(r.finished for r in records) - min(r.arrival for r in records)
-        return report(done, sum(meets_slo(r, job.slo) for r in rows) / max(span, 1e-9))
-
-    return replay(engine, requests, progress=progress, report_every=job.report_every)
+    return replay(engine, requests, progress=lambda done, records: report(done, goodput(records, job.slo)),
+                  report_every=job.report_every)
 
 
 def _outcome(result: ReplayResult, job: TrialJob, config: EngineConfig, setup_s: float, reused: bool,

@@ -63,32 +63,30 @@ class KVCacheManager:
         return self.tables.get(seq.seq_id, [])
 
     def _needs_cow(self, seq: Sequence) -> bool:
-        table = self.tables.get(seq.seq_id, [])
-        idx = seq.num_computed_tokens // self.tiers[seq.tier].block_size
-        return idx < len(table) and self.pools[seq.tier].ref_count(table[idx]) > 1
+        """Writing the next token would land in a partly filled block that is shared (a fork's tail)."""
+        bs = self.tiers[seq.tier].block_size
+        computed = seq.num_computed_tokens
+        if computed % bs == 0:  # the next token opens a new block: nothing to copy
+            return False
+        table = self.tables[seq.seq_id]
+        return self.pools[seq.tier].meta[table[computed // bs]].ref_count > 1
 
     def blocks_needed(self, seq: Sequence, num_new: int) -> int:
-        have = len(self.tables.get(seq.seq_id, []))
+        table = self.tables.get(seq.seq_id)
         want = _cdiv(seq.num_computed_tokens + num_new, self.tiers[seq.tier].block_size)
-        return max(0, want - have) + int(self._needs_cow(seq))
+        return max(0, want - (len(table) if table else 0)) + int(self._needs_cow(seq))
 
     def can_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool = False) -> bool:
         reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
         return self.blocks_needed(seq, num_new) <= self.pools[seq.tier].num_free - reserve
 
     def try_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool = False) -> list[BlockCopy] | None:
-        """`allocate_slots` if the blocks are there, else None (the caller preempts); one pass on the hot path."""
-        bs = self.tiers[seq.tier].block_size
-        computed = seq.num_computed_tokens
-        table = self.tables.get(seq.seq_id)
-        have = len(table) if table else 0
-        grow = -(-(computed + num_new) // bs) - have
-        # Copy-on-write is only possible when writing into a partly filled block that is shared.
-        cow = computed % bs != 0 and self.pools[seq.tier].meta[table[computed // bs]].ref_count > 1
-        if grow <= 0 and not cow:
+        """`can_allocate` and `allocate_slots` in one call: the copies, or None when the caller must preempt."""
+        need = self.blocks_needed(seq, num_new)
+        if need == 0:
             return []
         reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
-        if max(0, grow) + cow > self.pools[seq.tier].num_free - reserve:
+        if need > self.pools[seq.tier].num_free - reserve:
             return None
         return self.allocate_slots(seq, num_new)
 
