@@ -72,9 +72,17 @@ class KVCacheManager:
         return self.pools[seq.tier].meta[table[computed // bs]].ref_count > 1
 
     def blocks_needed(self, seq: Sequence, num_new: int) -> int:
+        """New blocks for `num_new` more tokens, plus one if the first lands in a shared partial block.
+
+        On the hot path (every running sequence, every step): written without helper calls.
+        """
+        bs = self.tiers[seq.tier].block_size
+        computed = seq.num_computed_tokens
         table = self.tables.get(seq.seq_id)
-        want = _cdiv(seq.num_computed_tokens + num_new, self.tiers[seq.tier].block_size)
-        return max(0, want - (len(table) if table else 0)) + int(self._needs_cow(seq))
+        grow = -(-(computed + num_new) // bs) - (len(table) if table else 0)
+        # Copy-on-write only when writing into a partly filled block that is shared (a fork's tail).
+        cow = computed % bs != 0 and self.pools[seq.tier].meta[table[computed // bs]].ref_count > 1
+        return max(0, grow) + cow
 
     def can_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool = False) -> bool:
         reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
