@@ -1,7 +1,8 @@
-"""The attention entry points the runtime calls, choosing an implementation per call.
+"""The entry points the runtime calls, choosing an implementation per call.
 
 use_triton=False: the torch references everywhere (the CPU path; exact fp32 math).
-use_triton=True:  decode -> `paged_decode`; KV write -> Triton `write_kv`; prefill -> per sequence,
+use_triton=True:  RMSNorm (+ residual add), rotary embedding and the gated activation -> their fused
+Triton kernels; decode -> `paged_decode`; KV write -> Triton `write_kv`; prefill -> per sequence,
 chunks of at least `flash_min_len` query tokens go to the Triton flash kernel and shorter ones to
 torch SDPA over their gathered K/V (with `qk_clip` set the short path runs the explicit clipped
 softmax instead, since SDPA cannot clip).
@@ -14,12 +15,29 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-from kernels import kv_write
+from kernels import activation, kv_write, norm, rotary
 from kernels._gather import gather_kv_padded, masked_softmax_attend
 from kernels.paged_decode import paged_decode, paged_decode_reference
 from kernels.paged_prefill import paged_prefill, paged_prefill_reference
 
-__all__ = ["decode_attention", "prefill_attention", "write_kv"]
+__all__ = ["apply_rotary", "decode_attention", "prefill_attention", "rms_norm", "silu_and_mul", "write_kv"]
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, *, use_triton: bool
+) -> norm.NormOutput:
+    """(weight * normalised(x + residual), x + residual); without a residual, x is normalised."""
+    return (norm.rms_norm if use_triton else norm.rms_norm_reference)(x, weight, eps, residual)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, use_triton: bool) -> torch.Tensor:
+    """Rotary embedding of x [T, H, D] with cos/sin [T, D]; the Triton path writes into x and returns it."""
+    return (rotary.apply_rotary if use_triton else rotary.apply_rotary_reference)(x, cos, sin)
+
+
+def silu_and_mul(x: torch.Tensor, *, use_triton: bool) -> torch.Tensor:
+    """silu(gate) * up of a fused gate/up projection [T, 2I] -> [T, I]."""
+    return (activation.silu_and_mul if use_triton else activation.silu_and_mul_reference)(x)
 
 
 def write_kv(

@@ -25,6 +25,7 @@ import torch
 
 from kernels._checks import check_cache_pair, check_clip, check_index, check_query
 from kernels._gather import gather_kv_padded, masked_softmax_attend
+from kernels._softmax_tile import attend_tile
 from kernels._triton import kernel_for, next_power_of_2, tl
 
 __all__ = ["DecodeTuning", "launch_paged_decode", "paged_decode", "paged_decode_reference"]
@@ -83,19 +84,11 @@ def _decode_kernel(
         within = pos % BLOCK_SIZE
         nd_mask = valid[:, None] & d_mask[None, :]
         k_rows = block * stride_kb + within * stride_ko + kv_head * stride_kh
-        k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :], mask=nd_mask, other=0.0).to(q.dtype)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_G, BLOCK_N]
-        if USE_CLIP:
-            s = tl.minimum(tl.maximum(s, -clip_log2), clip_log2)
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
         v_rows = block * stride_vb + within * stride_vo + kv_head * stride_vh
-        v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :], mask=nd_mask, other=0.0).to(q.dtype)
-        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = attend_tile(
+            q, k_ptr + k_rows[:, None] + offs_d[None, :], v_ptr + v_rows[:, None] + offs_d[None, :], nd_mask,
+            valid[None, :], m_i, l_i, acc, scale_log2, clip_log2, USE_CLIP, True, DOT_PRECISION,
+        )  # fmt: skip
 
     # why the guard: an empty partition has l_i == 0; its output is never weighted in (lse = -inf)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]

@@ -22,6 +22,7 @@ import torch
 
 from kernels._checks import check_cache_pair, check_clip, check_index, check_query
 from kernels._gather import gather_kv, masked_softmax_attend
+from kernels._softmax_tile import attend_tile
 from kernels._triton import kernel_for, next_power_of_2, tl
 
 __all__ = ["PrefillTuning", "default_tuning", "launch_paged_prefill", "paged_prefill", "paged_prefill_reference"]
@@ -107,20 +108,12 @@ def _prefill_kernel(
                 nd_mask = (pos < end)[:, None] & d_mask[None, :]
             within = pos % BLOCK_SIZE
             k_rows = block * stride_kb + within * stride_ko + kv_head * stride_kh
-            k = tl.load(k_ptr + k_rows[:, None] + offs_d[None, :], mask=nd_mask, other=0.0).to(q.dtype)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_M, BLOCK_N]
-            if USE_CLIP:
-                s = tl.minimum(tl.maximum(s, -clip_log2), clip_log2)
-            if stage == 1:
-                s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
             v_rows = block * stride_vb + within * stride_vo + kv_head * stride_vh
-            v = tl.load(v_ptr + v_rows[:, None] + offs_d[None, :], mask=nd_mask, other=0.0).to(q.dtype)
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
-            m_i = m_new
+            causal = pos[None, :] <= q_pos[:, None]  # applied in stage 1 only
+            m_i, l_i, acc = attend_tile(
+                q, k_ptr + k_rows[:, None] + offs_d[None, :], v_ptr + v_rows[:, None] + offs_d[None, :], nd_mask,
+                causal, m_i, l_i, acc, scale_log2, clip_log2, USE_CLIP, stage == 1, DOT_PRECISION,
+            )  # fmt: skip
 
     out = acc / l_i[:, None]  # every row sees position 0, so l_i > 0
     tl.store(

@@ -145,6 +145,7 @@ class KernelConfig:
     qk_clip: float | None = None  # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax
     pad_multiple: int = 1  # pad token count and decode batch size up to a multiple of this
     cuda_graphs: bool = False  # capture decode steps (CUDA only)
+    sampler_half_topk: bool = False  # top-k rows: select the k in fp16, softmax in fp32 over them, batched
 
     def __post_init__(self) -> None:
         _check(self.attention_backend in ("auto", "torch", "triton"), "kernel.attention_backend",

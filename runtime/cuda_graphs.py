@@ -40,6 +40,12 @@ class DecodeGraphs:
         self.slots = torch.full((top,), self.pad_slot, dtype=torch.int64, device=device)
         self.tables = torch.zeros(top, self.width, dtype=torch.int32, device=device)
         self.context = torch.ones(top, dtype=torch.int32, device=device)
+        pin = torch.cuda.is_available()
+        self.staged = torch.zeros(3, top, dtype=torch.int64, pin_memory=pin)  # ids, positions, slots
+        self.staged_ctx = torch.ones(top, dtype=torch.int32, pin_memory=pin)
+        self.staged_tables = torch.zeros(top, self.width, dtype=torch.int32, pin_memory=pin)
+        self.host, self.host_ctx, self.host_tables = (t.numpy() for t in (self.staged, self.staged_ctx,
+                                                                          self.staged_tables))
         self.kernel = kernel
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.hidden: dict[int, torch.Tensor] = {}
@@ -79,21 +85,31 @@ class DecodeGraphs:
         """Hidden states [len(scheduled), H] of this decode step, from the replayed graph."""
         n = len(scheduled)
         b = next(s for s in self.sizes if s >= n)
-        bs = self.block_size
-        ids, pos, slots, ctx, rows = [], [], [], [], []
-        for it in scheduled:
+        self._stage(scheduled, b)
+        self.ids[:b].copy_(self.staged[0, :b], non_blocking=True)
+        self.positions[:b].copy_(self.staged[1, :b], non_blocking=True)
+        self.slots[:b].copy_(self.staged[2, :b], non_blocking=True)
+        self.context[:b].copy_(self.staged_ctx[:b], non_blocking=True)
+        self.tables[:b].copy_(self.staged_tables[:b], non_blocking=True)
+        self.graphs[b].replay()
+        return self.hidden[b][:n]
+
+    def _stage(self, scheduled: tuple[ScheduledSeq, ...], b: int) -> None:
+        """Fill the pinned host buffers: rows past len(scheduled) up to b are padding.
+
+        The previous step's copies out of these buffers are complete: the engine reads its sampled
+        tokens (a device sync) before it schedules the next step.
+        """
+        bs, n, tables = self.block_size, len(scheduled), self.host_tables
+        ids, pos, slots = [], [], []
+        for i, it in enumerate(scheduled):
             table = self.kv.block_table(it.seq)
             ids.append(it.seq.token_ids[it.start])
             pos.append(it.start)
             slots.append(table[it.start // bs] * bs + it.start % bs)
-            ctx.append(it.start + 1)
-            rows.append(table + [0] * (self.width - len(table)))
-        pad = b - n
-        self.ids[:b].copy_(torch.tensor(ids + [0] * pad), non_blocking=True)
-        self.positions[:b].copy_(torch.tensor(pos + [0] * pad), non_blocking=True)
-        self.slots[:b].copy_(torch.tensor(slots + [self.pad_slot] * pad), non_blocking=True)
-        self.context[:b].copy_(torch.tensor(ctx + [1] * pad, dtype=torch.int32), non_blocking=True)
-        self.tables[:n].copy_(torch.tensor(rows, dtype=torch.int32), non_blocking=True)
-        self.tables[n:b].zero_()
-        self.graphs[b].replay()
-        return self.hidden[b][:n]
+            tables[i, : len(table)] = table
+            tables[i, len(table) :] = 0
+        self.host[:, :n] = ids, pos, slots
+        self.host_ctx[:n] = self.host[1, :n] + 1
+        self.host[:, n:b] = ((0,), (0,), (self.pad_slot,))
+        self.host_ctx[n:b], tables[n:b] = 1, 0

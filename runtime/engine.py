@@ -62,7 +62,7 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, self.kv, config.kernel, self.placement.kv_dtype,
                                   self.placement.memory.num_cpu_blocks, self.placement.device,
                                   config.scheduler.max_num_seqs)
-        self.sampler = Sampler()
+        self.sampler = Sampler(half_topk=config.kernel.sampler_half_topk)
         self.requests: dict[str, Request] = {}
         self.step_stats: list[StepStats] = []
         self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()

@@ -45,7 +45,11 @@ def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_
         span = range(it.start, it.start + it.num_new_tokens)
         ids.extend(it.seq.token_ids[it.start : it.start + it.num_new_tokens])
         pos.extend(span)
-        slots.extend(table[p // bs] * bs + p % bs for p in span)
+        if is_decode:
+            slots.append(table[it.start // bs] * bs + it.start % bs)
+        else:  # a chunk: vectorised, chunks run to thousands of tokens
+            positions = np.arange(span.start, span.stop)
+            slots.extend((np.asarray(table, dtype=np.int64)[positions // bs] * bs + positions % bs).tolist())
         tables.append(table)
         ctx.append(it.start + it.num_new_tokens)
         qsl.append(qsl[-1] + it.num_new_tokens)

@@ -1,13 +1,23 @@
 """Token sampling: greedy rows in one argmax, the rest per sequence with its own seeded generator.
 
 A per-sequence generator makes a seeded request reproducible whatever else shares its batches.
+
+`kernel.sampler_half_topk` batches every top-k row: the k candidates are selected in half precision
+(fp16) over the whole vocabulary, then temperature, top-p and the softmax run in fp32 on the exact
+logits of those k survivors, and each sequence draws from its k probabilities on the host with its
+own CPU generator. For a bf16 model the selection is exact (fp16 holds every bf16 logit in range);
+for fp32 logits two candidates closer than fp16's resolution may swap at the k-th place.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from runtime.sampling_params import SamplingParams
+
+HALF_MAX = 65504.0  # largest finite fp16: logits are clamped to it before the cast
 
 
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -24,8 +34,31 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
+class Survivors(NamedTuple):
+    probs: torch.Tensor  # [R, K] fp32, rows sum to 1; 0 past a row's own top_k and where top-p cuts
+    token_ids: torch.Tensor  # [R, K] int64, in order of decreasing probability
+
+
+def topk_survivors(logits: torch.Tensor, params: list[SamplingParams]) -> Survivors:
+    """Rows of fp32 logits [R, V], each with 0 < top_k: top-k in fp16, the rest in fp32 over the k."""
+    k = min(logits.shape[-1], max(p.top_k for p in params))
+    device = logits.device
+    ids = logits.clamp(-HALF_MAX, HALF_MAX).to(torch.float16).topk(k, dim=-1).indices  # [R, K]
+    temps = torch.tensor([p.temperature for p in params], device=device)
+    exact, order = (logits.gather(1, ids) / temps[:, None]).sort(dim=-1, descending=True)  # fp32 [R, K]
+    ids = ids.gather(1, order)
+    own_k = torch.tensor([p.top_k for p in params], device=device)
+    exact = exact.masked_fill(torch.arange(k, device=device)[None, :] >= own_k[:, None], float("-inf"))
+    probs = exact.softmax(-1)
+    top_p = torch.tensor([p.top_p for p in params], device=device)
+    cut = probs.cumsum(-1) - probs >= top_p[:, None]  # keep the smallest set reaching top_p
+    probs = probs.masked_fill(cut, 0.0)
+    return Survivors(probs / probs.sum(-1, keepdim=True), ids)
+
+
 class Sampler:
-    def __init__(self) -> None:
+    def __init__(self, half_topk: bool = False) -> None:
+        self.half_topk = half_topk
         self.generators: dict[int, torch.Generator] = {}  # seq id -> its generator
 
     def forget(self, seq_id: int) -> None:
@@ -37,21 +70,36 @@ class Sampler:
             gen = self.generators[seq_id] = torch.Generator(device=device).manual_seed(seed)
         return gen
 
+    def _batched(self, params: SamplingParams) -> bool:
+        return self.half_topk and params.top_k > 0
+
     def sample(self, logits: torch.Tensor, rows: list[list[tuple[int, int, SamplingParams]]]) -> list[list[int]]:
         """logits: [N, V] fp32; rows[i] lists (seq_id, seed, params) of the sequences drawing from row i.
 
         Returns one token per listed sequence, in the same nesting.
         """
         greedy = logits.argmax(dim=-1).tolist()  # [N]
-        out: list[list[int]] = []
+        out: list[list[int]] = [[0] * len(seqs) for seqs in rows]
+        batched: list[tuple[int, int, int, int, SamplingParams]] = []  # (row, slot, seq_id, seed, params)
         for i, seqs in enumerate(rows):
-            tokens = []
-            for seq_id, seed, params in seqs:
+            for j, (seq_id, seed, params) in enumerate(seqs):
                 if params.greedy:
-                    tokens.append(greedy[i])
-                    continue
-                probs = filter_logits(logits[i], params).softmax(-1)
-                gen = self._generator(seq_id, seed, logits.device)
-                tokens.append(int(torch.multinomial(probs, 1, generator=gen).item()))
-            out.append(tokens)
+                    out[i][j] = greedy[i]
+                elif self._batched(params):
+                    batched.append((i, j, seq_id, seed, params))
+                else:
+                    probs = filter_logits(logits[i], params).softmax(-1)
+                    gen = self._generator(seq_id, seed, logits.device)
+                    out[i][j] = int(torch.multinomial(probs, 1, generator=gen).item())
+        if batched:
+            self._sample_survivors(logits, batched, out)
         return out
+
+    def _sample_survivors(self, logits: torch.Tensor, batched: list, out: list[list[int]]) -> None:
+        """One batched top-k for every listed draw, then a draw per sequence on the host."""
+        picks = torch.tensor([b[0] for b in batched], device=logits.device)
+        survivors = topk_survivors(logits[picks], [b[4] for b in batched])
+        probs, ids = survivors.probs.cpu(), survivors.token_ids.cpu()
+        for r, (i, j, seq_id, seed, _) in enumerate(batched):
+            choice = torch.multinomial(probs[r], 1, generator=self._generator(seq_id, seed, probs.device))
+            out[i][j] = int(ids[r, choice])

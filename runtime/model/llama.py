@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kernels import apply_rotary, rms_norm, silu_and_mul
+from kernels.norm import NormOutput
 from runtime.attention import AttentionMetadata, KVCache, paged_attention
 from runtime.model.rope import RotaryEmbedding
 
@@ -23,11 +25,12 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Same order of operations as transformers: normalise in fp32, cast, then scale.
-        x32 = x.to(torch.float32)
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, use_triton: bool) -> NormOutput:
+        """Normalise x + residual (x alone without one); also returns that sum, the new residual.
+
+        Same order of operations as transformers: add, normalise in fp32, cast, then scale.
+        """
+        return rms_norm(x, self.weight, self.eps, residual, use_triton=use_triton)
 
 
 class Attention(nn.Module):
@@ -49,8 +52,8 @@ class Attention(nn.Module):
                 kv_caches: list[KVCache]) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.split, dim=-1)  # [T, Hq*D], [T, Hkv*D], [T, Hkv*D]
-        q = RotaryEmbedding.apply(q.view(t, self.num_heads, self.head_dim), *rope)
-        k = RotaryEmbedding.apply(k.view(t, self.num_kv_heads, self.head_dim), *rope)
+        q = apply_rotary(q.view(t, self.num_heads, self.head_dim), *rope, use_triton=meta.use_triton)
+        k = apply_rotary(k.view(t, self.num_kv_heads, self.head_dim), *rope, use_triton=meta.use_triton)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         out = paged_attention(q, k, v, self.layer_idx, self.scale, meta, kv_caches)  # [T, Hq, D]
         return self.o_proj(out.reshape(t, -1))
@@ -64,9 +67,8 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate, bias=bias)
         self.down_proj = nn.Linear(self.intermediate, config.hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(nn.functional.silu(gate) * up)
+    def forward(self, x: torch.Tensor, use_triton: bool) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x), use_triton=use_triton))
 
 
 class DecoderLayer(nn.Module):
@@ -77,9 +79,17 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, h: torch.Tensor, rope, meta: AttentionMetadata, kv_caches: list[KVCache]) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), rope, meta, kv_caches)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None, rope, meta: AttentionMetadata,
+                kv_caches: list[KVCache]) -> tuple[torch.Tensor, torch.Tensor]:
+        """h: the previous sublayer's output, not yet added to `residual` (None before the first layer).
+
+        Returns this layer's MLP output and the residual stream before it; each residual add is fused
+        into the RMSNorm that follows it.
+        """
+        x, residual = self.input_layernorm(h, residual, meta.use_triton)
+        h = self.self_attn(x, rope, meta, kv_caches)
+        x, residual = self.post_attention_layernorm(h, residual, meta.use_triton)
+        return self.mlp(x, meta.use_triton), residual
 
 
 class Backbone(nn.Module):
@@ -114,9 +124,10 @@ class LlamaForCausalLM(nn.Module):
                 kv_caches: list[KVCache]) -> torch.Tensor:
         h = self.model.embed_tokens(input_ids)  # [T, H]
         rope = self.rotary(positions, h.dtype)
+        residual = None
         for layer in self.model.layers:
-            h = layer(h, rope, meta, kv_caches)
-        return self.model.norm(h)
+            h, residual = layer(h, residual, rope, meta, kv_caches)
+        return self.model.norm(h, residual, meta.use_triton).normed
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()  # [N, V]

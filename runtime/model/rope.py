@@ -1,4 +1,5 @@
-"""Rotary position embedding, with transformers' own inverse-frequency functions for scaled RoPE."""
+"""Rotary position embedding tables (cos, sin per position), with transformers' own inverse-frequency
+functions for scaled RoPE. Applying them to q and k is `kernels.apply_rotary`."""
 
 from __future__ import annotations
 
@@ -29,10 +30,3 @@ class RotaryEmbedding(nn.Module):
         freqs = positions[:, None].float() * self.inv_freq.float()  # [T, D/2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
         return (emb.cos() * self.scaling).to(dtype), (emb.sin() * self.scaling).to(dtype)
-
-    @staticmethod
-    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x: [T, H, D]; cos/sin: [T, D]."""
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos[:, None, :] + rotated * sin[:, None, :]

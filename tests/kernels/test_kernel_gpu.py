@@ -117,3 +117,41 @@ def test_write_kv_equals_reference_bit_for_bit(cache_dtype: torch.dtype) -> None
     write_kv(key, value, kv.k_cache, kv.v_cache, slots)
     assert torch.equal(kv.k_cache.view(torch.uint8), expected[0].view(torch.uint8))
     assert torch.equal(kv.v_cache.view(torch.uint8), expected[1].view(torch.uint8))
+
+
+def test_rms_norm_with_residual_bf16() -> None:
+    from kernels.norm import rms_norm, rms_norm_reference
+
+    x = make_query(4000, 32, 128, BF16, device="cuda", seed=8).view(4000, 4096)
+    residual = make_query(4000, 32, 128, BF16, device="cuda", seed=9).view(4000, 4096) * 3
+    weight = make_query(1, 32, 128, BF16, device="cuda", seed=10).view(4096)
+    out, res = rms_norm(x, weight, 1e-5, residual)
+    ref_out, ref_res = rms_norm_reference(x, weight, 1e-5, residual)
+    assert torch.equal(res, ref_res)
+    assert not out.isnan().any() and rel_error(out, ref_out) <= 1e-2
+    assert (out == ref_out).float().mean() >= 0.99  # the rest: one bf16 unit apart (fp32 sum order)
+    alone, same = rms_norm(x, weight, 1e-5)
+    assert same is x and rel_error(alone, rms_norm_reference(x, weight, 1e-5).normed) <= 1e-2
+
+
+def test_rotary_bf16_on_fused_projection_views() -> None:
+    from kernels.rotary import apply_rotary, apply_rotary_reference
+
+    qkv = make_query(3000, 48, 128, BF16, device="cuda", seed=11).view(3000, 48 * 128)
+    q, k = qkv[:, :4096].view(3000, 32, 128), qkv[:, 4096:5120].view(3000, 8, 128)
+    angles = torch.rand(3000, 64, device="cuda") * 1000
+    cos, sin = torch.cat((angles, angles), -1).cos().to(BF16), torch.cat((angles, angles), -1).sin().to(BF16)
+    ref_q, ref_k = apply_rotary_reference(q, cos, sin), apply_rotary_reference(k, cos, sin)
+    apply_rotary(q, cos, sin)
+    apply_rotary(k, cos, sin)
+    assert rel_error(q, ref_q) <= 1e-2 and rel_error(k, ref_k) <= 1e-2
+    assert not q.isnan().any() and not k.isnan().any()
+
+
+def test_silu_and_mul_bf16() -> None:
+    from kernels.activation import silu_and_mul, silu_and_mul_reference
+
+    x = make_query(2000, 224, 128, BF16, device="cuda", seed=12).view(2000, 2 * 14336) * 3
+    out, ref = silu_and_mul(x), silu_and_mul_reference(x)
+    assert not out.isnan().any() and rel_error(out, ref) <= 1e-2
+    assert (out == ref).float().mean() >= 0.99

@@ -19,7 +19,9 @@ from kernels import triton_available
 HERE = Path(__file__).parent
 
 
-CASES = ["interp_kv_write.py", "interp_paged_decode.py", "interp_paged_prefill.py", "interp_dispatch.py"]
+CASES = [
+    "interp_kv_write.py", "interp_paged_decode.py", "interp_paged_prefill.py", "interp_dispatch.py", "interp_layers.py",
+]
 
 
 @pytest.mark.skipif(not triton_available(), reason="triton is not importable")

@@ -91,6 +91,7 @@ def test_vllm_yaml_keys(tmp_path):
         "#   kernel.qk_clip: 30.0",
         "#   kernel.pad_multiple: 8",
         "#   kernel.cuda_graphs: false",
+        "#   kernel.sampler_half_topk: false",
         '#   device: "auto"',
         "#   debug_integrity: false",
     ]

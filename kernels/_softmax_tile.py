@@ -1,0 +1,38 @@
+"""The online-softmax step that both paged attention kernels (decode and prefill) run per key tile.
+
+Scores are in base 2 (the caller folds log2(e) into `scale_log2` and `clip_log2`). For query rows
+M and a tile of N key positions:
+
+    s = clip(q @ k^T * scale_log2), masked to -inf where not `keep`
+    m' = max(m, rowmax(s));  l' = l * 2^(m - m') + rowsum(2^(s - m'));  acc' = acc * 2^(m - m') + 2^(s - m') @ v
+
+Decorated with `triton.jit` at import (a helper a kernel calls must already be a JIT function);
+the kernels themselves are jitted on first use (`kernels._triton.kernel_for`).
+"""
+
+from __future__ import annotations
+
+from kernels._triton import tl, triton
+
+
+def _attend_tile(
+    q, k_ptrs, v_ptrs, kv_mask, keep, m_i, l_i, acc, scale_log2, clip_log2,
+    USE_CLIP: tl.constexpr, USE_KEEP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """q [M, D]; k_ptrs, v_ptrs [N, D] with kv_mask; keep broadcasts to [M, N]. Returns (m, l, acc)."""
+    k = tl.load(k_ptrs, mask=kv_mask, other=0.0).to(q.dtype)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [M, N]
+    if USE_CLIP:
+        s = tl.minimum(tl.maximum(s, -clip_log2), clip_log2)
+    if USE_KEEP:
+        s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_ptrs, mask=kv_mask, other=0.0).to(q.dtype)
+    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+attend_tile = triton.jit(_attend_tile) if triton is not None else _attend_tile
