@@ -13,6 +13,8 @@ sequence longer than `split_kv_min_len` spreads its own positions evenly over th
 writes a normalized partial output and its log-sum-exp (base 2); `_reduce_kernel` merges them.
 Softmax runs in base 2: scores are scaled by scale*log2(e), and so is the clip bound (clipping
 commutes with that positive factor).
+An fp8 (e4m3) cache with bf16 queries runs its dot products in fp16 (one conversion from e4m3;
+bf16 would go through fp32); accumulation and softmax are fp32 in every case.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _decode_kernel(
     stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
     GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-    USE_CLIP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_CLIP: tl.constexpr, DOT_PRECISION: tl.constexpr, COMPUTE_F16: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -72,6 +74,8 @@ def _decode_kernel(
     heads = kv_head * GROUP + offs_g  # [BLOCK_G]; rows >= GROUP are padding for the dot's minimum M
     gd_mask = (offs_g < GROUP)[:, None] & d_mask[None, :]
     q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=gd_mask, other=0.0)
+    if COMPUTE_F16:  # why: an fp8 cache converts to fp16 in one step, to bf16 only through fp32
+        q = q.to(tl.float16)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
@@ -182,6 +186,7 @@ def launch_paged_decode(
         BLOCK_D=max(16, next_power_of_2(head_dim)), BLOCK_SIZE=geometry.block_size, BLOCK_N=tuning.block_n,
         SPLIT=split, USE_CLIP=qk_clip is not None,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+        COMPUTE_F16=k_cache.dtype == torch.float8_e4m3fn and query.dtype == torch.bfloat16,
         num_warps=tuning.num_warps, num_stages=tuning.num_stages,
     )  # fmt: skip
     if split:

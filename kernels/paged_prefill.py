@@ -56,6 +56,7 @@ def _prefill_kernel(
     stride_kb, stride_ko, stride_kh, stride_vb, stride_vo, stride_vh, stride_bt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_CLIP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    COMPUTE_F16: tl.constexpr,
 ):  # fmt: skip
     # why reversed: the last tiles of a sequence see the most keys; starting them first evens the tail
     tile = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -83,6 +84,8 @@ def _prefill_kernel(
     md_mask = (offs_m < q_len)[:, None] & d_mask[None, :]
     rows = q_start + offs_m
     q = tl.load(q_ptr + rows[:, None] * stride_qt + head * stride_qh + offs_d[None, :], mask=md_mask, other=0.0)
+    if COMPUTE_F16:  # why: an fp8 cache converts to fp16 in one step, to bf16 only through fp32
+        q = q.to(tl.float16)
     q_pos = first_pos + offs_m  # [BLOCK_M]
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -158,6 +161,7 @@ def launch_paged_prefill(
         GROUP=num_heads // geometry.num_kv_heads, HEAD_DIM=head_dim, BLOCK_D=max(16, next_power_of_2(head_dim)),
         BLOCK_SIZE=geometry.block_size, BLOCK_M=tuning.block_m, BLOCK_N=tuning.block_n,
         USE_CLIP=qk_clip is not None, DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+        COMPUTE_F16=k_cache.dtype == torch.float8_e4m3fn and query.dtype == torch.bfloat16,
         num_warps=tuning.num_warps, num_stages=tuning.num_stages,
     )  # fmt: skip
     return out
