@@ -5,8 +5,9 @@ A per-sequence generator makes a seeded request reproducible whatever else share
 `kernel.sampler_half_topk` batches every top-k row: the k candidates are selected in half precision
 (fp16) over the whole vocabulary, then temperature, top-p and the softmax run in fp32 on the exact
 logits of those k survivors, and each sequence draws from its k probabilities on the host with its
-own CPU generator. For a bf16 model the selection is exact (fp16 holds every bf16 logit in range);
-for fp32 logits two candidates closer than fp16's resolution may swap at the k-th place.
+own CPU generator. For a bf16 model the selection is exact for logits of magnitude between about
+6e-5 and 65504 (fp16 holds those bf16 values exactly); for fp32 logits two candidates closer than
+fp16's resolution may swap at the k-th place.
 """
 
 from __future__ import annotations
