@@ -28,11 +28,10 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from bench_decode import record
+from bench_decode import add_record_args, record
 
 from runtime.config import KernelConfig
 from runtime.inputs import build_inputs
@@ -146,8 +145,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--profile", action="store_true", help="cProfile the first configuration's decode steps")
-    parser.add_argument("--record", action="store_true", help="append the table to --results")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    add_record_args(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
     kernel = KernelConfig()

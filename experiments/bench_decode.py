@@ -61,6 +61,12 @@ def header(title: str) -> str:
     )
 
 
+def add_record_args(parser: argparse.ArgumentParser) -> None:
+    """--record (append the table to --results) and --results, shared by every benchmark script."""
+    parser.add_argument("--record", action="store_true", help="append the table to --results")
+    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+
+
 def record(text: str, results: Path) -> None:
     if not results.exists():
         results.write_text("# Measured results (every figure the docs quote: date, hardware, command)\n")
@@ -106,8 +112,7 @@ def time_sdpa(batch: int, ctx: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also time launch variants at block size 16")
-    parser.add_argument("--record", action="store_true", help="append the table to --results")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    add_record_args(parser)
     args = parser.parse_args()
     copy = copy_ceiling_tbs()
     lines = [

@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import gc
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
-from bench_decode import header, record
+from bench_decode import add_record_args, header, record
 from e2e_peers import hf_generate_batch, hf_static, load_hf
 from e2e_roofline import ceilings, roofline_seconds, static_kv_waste
 
@@ -68,8 +67,7 @@ def main() -> None:
     parser.add_argument("--hf-batches", type=int, default=1, help="static batches of 64 timed per workload")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    parser.add_argument("--record", action="store_true")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    add_record_args(parser)
     args = parser.parse_args()
     vocab = preset_config(args.model).vocab_size
     gemm, copy = ceilings()

@@ -14,10 +14,9 @@ Triton kernel's achieved bandwidth (bytes it must read and write) and the device
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
-from bench_decode import copy_ceiling_tbs, header, record, time_ms
+from bench_decode import add_record_args, copy_ceiling_tbs, header, record, time_ms
 
 from kernels.activation import silu_and_mul, silu_and_mul_reference
 from kernels.norm import rms_norm, rms_norm_reference
@@ -56,8 +55,7 @@ def timed(fn) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", default="256,8192")
-    parser.add_argument("--record", action="store_true")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    add_record_args(parser)
     args = parser.parse_args()
     copy = copy_ceiling_tbs()
     lines = ["| op | tokens | torch ms | Triton ms | torch/Triton | Triton TB/s | copy TB/s |", "|---" * 7 + "|"]

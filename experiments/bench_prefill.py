@@ -13,11 +13,10 @@ without Python launch overhead, which would dominate the 512-token case).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bench_decode import header, record, time_ms
+from bench_decode import add_record_args, header, record, time_ms
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels.paged_prefill import PrefillTuning, default_tuning, launch_paged_prefill
@@ -56,8 +55,7 @@ def time_sdpa(seqs: int, length: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also time launch variants")
-    parser.add_argument("--record", action="store_true", help="append the table to --results")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    add_record_args(parser)
     args = parser.parse_args()
     lines = [
         "| seqs x tokens | launch (block_m, block_n, warps, stages) | paged ms | paged Mtok/s | paged TFLOP/s "

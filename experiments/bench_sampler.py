@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 import torch
-from bench_decode import header, record
+from bench_decode import add_record_args, header, record
 
 from runtime.sampler import Sampler
 from runtime.sampling_params import SamplingParams
@@ -39,8 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--record", action="store_true")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    add_record_args(parser)
     args = parser.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     logits = (torch.randn(args.rows, VOCAB, device="cuda", generator=gen) * 3).bfloat16().float()

@@ -18,11 +18,10 @@ import argparse
 import gc
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import torch
-from bench_decode import header, record
+from bench_decode import add_record_args, header, record
 from bench_e2e import workload
 
 from runtime import LLM, SamplingParams
@@ -130,8 +129,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--budgets", default="8192", help="max_num_batched_tokens values to profile")
     parser.add_argument("--eager", action="store_true", help="also profile without CUDA graphs")
-    parser.add_argument("--record", action="store_true")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    add_record_args(parser)
     args = parser.parse_args()
     prompts, outs = workload(args.workload, args.requests, preset_config(args.model).vocab_size)
     lines = ["| max_num_batched_tokens | CUDA graphs | tok/s | step kind | steps | tokens | seconds | schedule ms | "

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import torch
-from bench_decode import header, record
+from bench_decode import add_record_args, header, record
 from torch.profiler import ProfilerActivity, profile
 
 from runtime import LLM, SamplingParams
@@ -52,8 +51,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=8192, help="max_num_batched_tokens")
     parser.add_argument("--decode-steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=14)
-    parser.add_argument("--record", action="store_true")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
+    add_record_args(parser)
     args = parser.parse_args()
     vocab = preset_config(args.model).vocab_size
     llm = LLM(model=args.model, max_num_seqs=max(256, args.seqs), max_num_batched_tokens=args.budget,

@@ -12,6 +12,8 @@ the kernels themselves are jitted on first use (`kernels._triton.kernel_for`).
 
 from __future__ import annotations
 
+import torch
+
 from kernels._triton import tl, triton
 
 
@@ -36,3 +38,12 @@ def _attend_tile(
 
 
 attend_tile = triton.jit(_attend_tile) if triton is not None else _attend_tile
+
+
+def dot_options(query: torch.Tensor, k_cache: torch.Tensor) -> dict[str, str | bool]:
+    """The dtype constexprs of a kernel calling `attend_tile`: fp32 queries get exact (ieee) dots;
+    an fp8 cache with bf16 queries computes in fp16 (the kernel casts q, the tile casts K/V to q's dtype)."""
+    return {
+        "DOT_PRECISION": "ieee" if query.dtype == torch.float32 else "tf32",
+        "COMPUTE_F16": k_cache.dtype == torch.float8_e4m3fn and query.dtype == torch.bfloat16,
+    }

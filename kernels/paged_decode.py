@@ -27,7 +27,7 @@ import torch
 
 from kernels._checks import check_cache_pair, check_clip, check_index, check_query
 from kernels._gather import gather_kv_padded, masked_softmax_attend
-from kernels._softmax_tile import attend_tile
+from kernels._softmax_tile import attend_tile, dot_options
 from kernels._triton import kernel_for, next_power_of_2, tl
 
 __all__ = ["DecodeTuning", "launch_paged_decode", "paged_decode", "paged_decode_reference"]
@@ -185,8 +185,7 @@ def launch_paged_decode(
         GROUP=group, BLOCK_G=max(16, next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_D=max(16, next_power_of_2(head_dim)), BLOCK_SIZE=geometry.block_size, BLOCK_N=tuning.block_n,
         SPLIT=split, USE_CLIP=qk_clip is not None,
-        DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
-        COMPUTE_F16=k_cache.dtype == torch.float8_e4m3fn and query.dtype == torch.bfloat16,
+        **dot_options(query, k_cache),
         num_warps=tuning.num_warps, num_stages=tuning.num_stages,
     )  # fmt: skip
     if split:

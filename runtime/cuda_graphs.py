@@ -14,6 +14,7 @@ import torch
 
 from runtime.attention import AttentionMetadata, DecodeBatch, KVCache, TierBatch
 from runtime.config import KernelConfig
+from runtime.inputs import slot_of
 from runtime.kv.manager import KVCacheManager
 from runtime.model.llama import LlamaForCausalLM
 from runtime.scheduler import ScheduledSeq
@@ -40,10 +41,9 @@ class DecodeGraphs:
         self.slots = torch.full((top,), self.pad_slot, dtype=torch.int64, device=device)
         self.tables = torch.zeros(top, self.width, dtype=torch.int32, device=device)
         self.context = torch.ones(top, dtype=torch.int32, device=device)
-        pin = torch.cuda.is_available()
-        self.staged = torch.zeros(3, top, dtype=torch.int64, pin_memory=pin)  # ids, positions, slots
-        self.staged_ctx = torch.ones(top, dtype=torch.int32, pin_memory=pin)
-        self.staged_tables = torch.zeros(top, self.width, dtype=torch.int32, pin_memory=pin)
+        self.staged = torch.zeros(3, top, dtype=torch.int64, pin_memory=True)  # ids, positions, slots
+        self.staged_ctx = torch.ones(top, dtype=torch.int32, pin_memory=True)
+        self.staged_tables = torch.zeros(top, self.width, dtype=torch.int32, pin_memory=True)
         self.host, self.host_ctx, self.host_tables = (t.numpy() for t in (self.staged, self.staged_ctx,
                                                                           self.staged_tables))
         self.kernel = kernel
@@ -106,7 +106,7 @@ class DecodeGraphs:
             table = self.kv.block_table(it.seq)
             ids.append(it.seq.token_ids[it.start])
             pos.append(it.start)
-            slots.append(table[it.start // bs] * bs + it.start % bs)
+            slots.append(slot_of(table, it.start, bs))
             tables[i, : len(table)] = table
             tables[i, len(table) :] = 0
         self.host[:, :n] = ids, pos, slots

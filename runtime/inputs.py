@@ -26,6 +26,11 @@ def _tensor(values: list[int], dtype: np.dtype, device: torch.device) -> torch.T
     return torch.from_numpy(np.asarray(values, dtype=dtype)).to(device)
 
 
+def slot_of(table: list[int], position: int, block_size: int) -> int:
+    """The cache slot of a token: block_id * block_size + offset (see kernels.kv_write)."""
+    return table[position // block_size] * block_size + position % block_size
+
+
 def _tables(tables: list[list[int]], device: torch.device) -> torch.Tensor:
     padded = np.zeros((len(tables), max(len(t) for t in tables)), dtype=np.int32)  # [B, max_blocks]
     for row, table in zip(padded, tables):
@@ -46,8 +51,8 @@ def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_
         ids.extend(it.seq.token_ids[it.start : it.start + it.num_new_tokens])
         pos.extend(span)
         if is_decode:
-            slots.append(table[it.start // bs] * bs + it.start % bs)
-        else:  # a chunk: vectorised, chunks run to thousands of tokens
+            slots.append(slot_of(table, it.start, bs))
+        else:  # slot_of over a chunk, vectorised: chunks run to thousands of tokens
             positions = np.arange(span.start, span.stop)
             slots.extend((np.asarray(table, dtype=np.int64)[positions // bs] * bs + positions % bs).tolist())
         tables.append(table)

@@ -21,6 +21,14 @@ from runtime.sampling_params import SamplingParams
 HALF_MAX = 65504.0  # largest finite fp16: logits are clamped to it before the cast
 
 
+def beyond_top_p(sorted_probs: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
+    """Mask of the entries past the smallest leading set whose probability reaches top_p.
+
+    sorted_probs [..., V] in decreasing order; top_p a float or a tensor broadcasting to [..., 1].
+    """
+    return sorted_probs.cumsum(-1) - sorted_probs >= top_p
+
+
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Temperature, top-k and top-p applied to one row of fp32 logits [V]."""
     logits = logits / params.temperature
@@ -29,8 +37,7 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cum - sorted_logits.softmax(-1) >= params.top_p  # keep the smallest set reaching top_p
+        drop = beyond_top_p(sorted_logits.softmax(-1), params.top_p)
         logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
     return logits
 
@@ -52,8 +59,7 @@ def topk_survivors(logits: torch.Tensor, params: list[SamplingParams]) -> Surviv
     exact = exact.masked_fill(torch.arange(k, device=device)[None, :] >= own_k[:, None], float("-inf"))
     probs = exact.softmax(-1)
     top_p = torch.tensor([p.top_p for p in params], device=device)
-    cut = probs.cumsum(-1) - probs >= top_p[:, None]  # keep the smallest set reaching top_p
-    probs = probs.masked_fill(cut, 0.0)
+    probs = probs.masked_fill(beyond_top_p(probs, top_p[:, None]), 0.0)
     return Survivors(probs / probs.sum(-1, keepdim=True), ids)
 
 
