@@ -6,7 +6,7 @@ from runtime.config import BlockTier, ConfigError, EngineConfig
 from runtime.engine import LLMEngine, StepStats
 from runtime.llm import LLM
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from runtime.sampling_params import SamplingParams
+from runtime.sampling_params import RequestOutputKind, SamplingParams
 
 __all__ = [
     "LLM",
@@ -17,6 +17,7 @@ __all__ = [
     "LLMEngine",
     "RequestMetrics",
     "RequestOutput",
+    "RequestOutputKind",
     "SamplingParams",
     "StepStats",
 ]

@@ -1,7 +1,9 @@
 """The engine loop: add_request / step / abort over scheduler, model runner and sampler.
 
-`step()` is three moves: schedule, run, postprocess. Timestamps come from `clock`, which the
-tuner's replay replaces with a clock that skips idle gaps.
+`step()` is three moves: schedule, run, postprocess. It returns a `RequestOutput` for every request
+that finished in the step and, for requests whose `output_kind` is CUMULATIVE (the default, as in
+vLLM), for every step that added tokens. Timestamps come from `clock`, which the tuner's replay
+replaces with a clock that skips idle gaps.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from runtime.placement import Placement, plan_placement
 from runtime.runner import ModelRunner
 from runtime.sampler import Sampler
-from runtime.sampling_params import SamplingParams
+from runtime.sampling_params import RequestOutputKind, SamplingParams
 from runtime.scheduler import Scheduler, SchedulerOutput
 from runtime.sequence import Request, SeqStatus, Sequence
 
@@ -145,12 +147,13 @@ class LLMEngine:
         if self.logprobs is not None:
             for group, row in zip(groups, logits.log_softmax(-1).cpu()):
                 self.logprobs.setdefault(group[0].request.request_id, []).append(row)
-        touched: dict[str, Request] = {}
+        reported: dict[str, Request] = {}  # requests this step reports: finished ones, and every CUMULATIVE one
         for group, tokens in zip(groups, self.sampler.sample(logits, rows)):
             for seq, token in zip(group, tokens):
-                self._append(seq, token, now)
-                touched[seq.request.request_id] = seq.request
-        return [self._output(req) for req in touched.values()]
+                req = seq.request
+                if self._append(seq, token, now) or req.params.output_kind is RequestOutputKind.CUMULATIVE:
+                    reported[req.request_id] = req
+        return [self._output(req) for req in reported.values()]
 
     @staticmethod
     def _needs_fork(seq: Sequence) -> bool:
@@ -168,7 +171,8 @@ class LLMEngine:
             group.append(child)
         return group
 
-    def _append(self, seq: Sequence, token: int, now: float) -> None:
+    def _append(self, seq: Sequence, token: int, now: float) -> bool:
+        """Add a sampled token to `seq`, retiring it at a stop; True when that finished its request."""
         req = seq.request
         seq.token_ids.append(token)
         if seq.index == 0:
@@ -179,11 +183,14 @@ class LLMEngine:
             seq.finish_reason = "stop"
         elif seq.num_output_tokens >= req.params.max_tokens or seq.num_tokens >= self.max_model_len:
             seq.finish_reason = "length"
-        if seq.finish_reason is not None:
-            self._retire(seq)
-            if req.finished:
-                req.metrics.finished_time = now
-                self.requests.pop(req.request_id, None)
+        if seq.finish_reason is None:
+            return False
+        self._retire(seq)
+        if not req.finished:
+            return False
+        req.metrics.finished_time = now
+        self.requests.pop(req.request_id, None)
+        return True
 
     def _retire(self, seq: Sequence) -> None:
         self.scheduler.remove(seq)

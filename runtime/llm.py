@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from tqdm.auto import tqdm
 from runtime.config import EngineConfig
 from runtime.engine import LLMEngine
 from runtime.outputs import RequestOutput
-from runtime.sampling_params import SamplingParams
+from runtime.sampling_params import RequestOutputKind, SamplingParams
 
 
 class LLM:
@@ -38,7 +39,9 @@ class LLM:
         base = len(self.engine.requests) + len(self.engine.step_stats)
         ids = [f"gen-{base}-{i}" for i in range(len(prompt_token_ids))]
         for rid, prompt, p in zip(ids, prompt_token_ids, params):
-            self.engine.add_request(rid, list(prompt), p or SamplingParams())
+            # Only the finished outputs are read here: the engine builds no per-step outputs (as vLLM's LLM does).
+            final = dataclasses.replace(p or SamplingParams(), output_kind=RequestOutputKind.FINAL_ONLY)
+            self.engine.add_request(rid, list(prompt), final)
         done: dict[str, RequestOutput] = {}
         with tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm) as bar:
             while len(done) < len(ids):

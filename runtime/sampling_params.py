@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from runtime.config import ConfigError
+
+
+class RequestOutputKind(enum.Enum):
+    """Which steps report a request (vLLM's `RequestOutputKind`, without DELTA)."""
+
+    CUMULATIVE = "cumulative"  # every step that adds tokens, with all its tokens so far
+    FINAL_ONLY = "final_only"  # only the step that finishes it (what `LLM.generate` and the tuner read)
 
 
 @dataclass(frozen=True)
@@ -16,6 +24,7 @@ class SamplingParams:
     seed: int | None = None  # per-request seed; None draws from the engine's seed sequence
     max_tokens: int = 16
     ignore_eos: bool = False
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
     def __post_init__(self) -> None:
         checks = [
@@ -25,6 +34,8 @@ class SamplingParams:
             (self.top_k >= 0, "top_k", "must be >= 0 (0 disables it)"),
             (self.max_tokens >= 1, "max_tokens", "must be >= 1"),
         ]
+        if not isinstance(self.output_kind, RequestOutputKind):
+            checks.append((False, "output_kind", f"must be one of {[k.name for k in RequestOutputKind]}"))
         for ok, key, message in checks:
             if not ok:
                 raise ConfigError(f"SamplingParams.{key}: {message}, got {getattr(self, key)!r}")

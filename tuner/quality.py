@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from runtime import EngineConfig, LLMEngine, SamplingParams
+from runtime import EngineConfig, LLMEngine, RequestOutputKind, SamplingParams
 from runtime.model.llama import LlamaForCausalLM
 from tuner.config import QualityConfig
 
@@ -41,7 +41,8 @@ def probe_prompts(cfg: QualityConfig, vocab_size: int) -> list[list[int]]:
 
 def run_probe(config: EngineConfig, model: LlamaForCausalLM, cfg: QualityConfig) -> Probe:
     engine = LLMEngine(config, model=model, record_logprobs=True)
-    params = SamplingParams(max_tokens=cfg.probe_max_tokens, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=cfg.probe_max_tokens, temperature=0.0, ignore_eos=True,
+                            output_kind=RequestOutputKind.FINAL_ONLY)
     prompts = probe_prompts(cfg, model.config.vocab_size)
     for i, prompt in enumerate(prompts):
         engine.add_request(f"probe-{i}", prompt, params)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from runtime import LLMEngine, RequestOutput, SamplingParams, StepStats
+from runtime import LLMEngine, RequestOutput, RequestOutputKind, SamplingParams, StepStats
 from tuner.traffic import TrafficRequest
 
 
@@ -111,6 +111,7 @@ def replay(engine: LLMEngine, requests: Sequence[TrafficRequest], *, progress: P
 
 
 def _admit(engine: LLMEngine, req: TrafficRequest) -> None:
-    params = SamplingParams(max_tokens=req.output_tokens, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=req.output_tokens, temperature=0.0, ignore_eos=True,
+                            output_kind=RequestOutputKind.FINAL_ONLY)
     engine.add_request(req.request_id, list(req.prompt_token_ids), params, arrival_time=req.arrival_s,
                        priority=req.priority)

@@ -1,10 +1,12 @@
-"""Engine behaviour: sampling, forks, aborts, rejections, memory sizing, timestamps and step stats."""
+"""Engine behaviour: sampling, forks, aborts, rejections, output kinds, memory sizing, timestamps, step stats."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from runtime import ConfigError, SamplingParams
+from runtime import ConfigError, RequestOutputKind, SamplingParams
 from runtime.memory import InsufficientMemoryError
 from tests.factories import assert_drained, greedy, make_llm
 
@@ -66,6 +68,24 @@ def test_abort_mid_generation_frees_every_block(llama_dir):
     assert sorted((o.request_id, o.outputs[0].finish_reason) for o in outs) == [
         ("r0", "abort"), ("r1", "abort"), ("r2", "abort")]
     assert_drained(llm)
+
+
+def test_cumulative_requests_report_every_step_final_only_ones_once(llama_dir):
+    engine = make_llm(llama_dir, block_size=4).engine
+    final = RequestOutputKind.FINAL_ONLY
+    engine.add_request("c", PROMPT, greedy(5))
+    engine.add_request("f", PROMPT, dataclasses.replace(greedy(5), output_kind=final))
+    engine.add_request("f2", PROMPT, dataclasses.replace(sample(4, n=2, max_tokens=3), output_kind=final))
+    reports = []
+    while engine.has_unfinished_requests():
+        reports += [(o.request_id, [len(c.token_ids) for c in o.outputs], o.finished) for o in engine.step()]
+    assert reports == [("c", [1], False), ("c", [2], False), ("c", [3], False), ("f2", [3, 3], True),
+                       ("c", [4], False), ("c", [5], True), ("f", [5], True)]
+
+
+def test_output_kind_must_be_a_request_output_kind():
+    with pytest.raises(ConfigError, match=r"SamplingParams.output_kind: must be one of \['CUMULATIVE', 'FINAL_ONLY'\]"):
+        SamplingParams(output_kind="final_only")
 
 
 def test_rejections_name_the_reason_and_never_block(llama_dir):
