@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +61,20 @@ def header(title: str) -> str:
         f"torch {torch.__version__}, triton {triton.__version__}.\n"
         f"Command: `python {' '.join(sys.argv)}`\n"
     )
+
+
+def time_phase(obj: Any, name: str, spent: dict[str, float], phase: str) -> None:
+    """Wrap `obj.name` so that each call adds its wall time to `spent[phase]` (the profilers' phase timer)."""
+    inner = getattr(obj, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[phase] = spent.get(phase, 0.0) + time.perf_counter() - start
+
+    setattr(obj, name, timed)
 
 
 def add_record_args(parser: argparse.ArgumentParser) -> None:

@@ -26,12 +26,9 @@ import platform
 import random
 import statistics
 import sys
-import time
-from collections.abc import Callable
-from typing import Any
 
 import torch
-from bench_decode import add_record_args, record
+from bench_decode import add_record_args, record, time_phase
 
 from runtime import LLM, LLMEngine, RequestOutputKind, SamplingParams
 
@@ -43,25 +40,12 @@ class PhaseClock:
 
     def __init__(self, engine: LLMEngine) -> None:
         self.spent: dict[str, float] = {}
-        self._wrap(engine.scheduler, "schedule", "schedule")
-        self._wrap(engine, "_postprocess", "postprocess")
-        self._wrap(engine.sampler, "sample", "sample")
-        self._wrap(engine, "_record", "record")
-
-    def _wrap(self, obj: Any, name: str, phase: str) -> None:
-        inner: Callable[..., Any] = getattr(obj, name)
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - start
-
-        setattr(obj, name, timed)
+        for obj, name, phase in ((engine.scheduler, "schedule", "schedule"), (engine, "_postprocess", "postprocess"),
+                                 (engine.sampler, "sample", "sample"), (engine, "_record", "record")):
+            time_phase(obj, name, self.spent, phase)
 
     def step(self, engine: LLMEngine) -> dict[str, float]:
-        self.spent = {}
+        self.spent.clear()
         engine.step()
         spent = {p: 1e3 * self.spent.get(p, 0.0) for p in (*PHASES, "sample")}
         spent["postprocess"] -= spent.pop("sample")

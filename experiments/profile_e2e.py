@@ -21,7 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from bench_decode import add_record_args, header, record
+from bench_decode import add_record_args, header, record, time_phase
 from bench_e2e import workload
 
 from runtime import LLM, SamplingParams
@@ -37,17 +37,16 @@ class StepClock:
         engine = llm.engine
         self.spent: dict[str, float] = {}
         self.steps: list[tuple[str, int, dict[str, float], float]] = []  # kind, tokens, phases, total
-        self._wrap(engine.scheduler, "schedule", "schedule")
-        self._wrap(engine.runner, "execute", "execute")
-        self._wrap(engine.sampler, "sample", "sample")
+        for obj, name in ((engine.scheduler, "schedule"), (engine.runner, "execute"), (engine.sampler, "sample")):
+            time_phase(obj, name, self.spent, name)
         inner_step, runner = engine.step, engine.runner
 
         def step():
-            self.spent = dict.fromkeys(PHASES, 0.0)
+            self.spent.update(dict.fromkeys(PHASES, 0.0))
             start = time.perf_counter()
             out = inner_step()
             total = time.perf_counter() - start
-            self.steps.append((self.kind, self.tokens, self.spent, total))
+            self.steps.append((self.kind, self.tokens, dict(self.spent), total))
             return out
 
         def kind_of(sched) -> str:
@@ -68,18 +67,6 @@ class StepClock:
         runner.execute = execute
         engine.step = step
         self.kind, self.tokens = "idle", 0
-
-    def _wrap(self, obj: Any, name: str, phase: str) -> None:
-        inner = getattr(obj, name)
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                self.spent[phase] += time.perf_counter() - start
-
-        setattr(obj, name, timed)
 
     def table(self) -> list[dict[str, Any]]:
         groups: dict[str, list] = defaultdict(list)
