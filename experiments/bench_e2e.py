@@ -43,7 +43,7 @@ def run_pagetune(model: str, prompts, outs, **knobs: Any) -> dict[str, float]:
     llm = LLM(model=model, **knobs)
     warm = [p[:64] for p in prompts[:8]]
     llm.generate(warm, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)
-    llm.engine.step_stats.clear()
+    llm.engine.reset()
     params = [SamplingParams(max_tokens=o, temperature=0.0, ignore_eos=True) for o in outs]
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -51,8 +51,7 @@ def run_pagetune(model: str, prompts, outs, **knobs: Any) -> dict[str, float]:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     tokens = sum(len(r.outputs[0].token_ids) for r in results)
-    busy = [s for s in llm.engine.step_stats if s.kv_allocated_slots]
-    waste = sum((s.kv_allocated_slots - s.kv_used_slots) / s.kv_allocated_slots for s in busy) / max(1, len(busy))
+    waste = llm.engine.totals.kv_waste_mean
     del llm, results
     gc.collect()
     torch.cuda.empty_cache()
@@ -84,7 +83,7 @@ def main() -> None:
             torch.cuda.empty_cache()
         knobs = dict(max_num_seqs=256, max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=4096,
                      gpu_memory_utilization=0.9)
-        eager = run_pagetune(args.model, prompts, outs, **knobs)
+        eager = run_pagetune(args.model, prompts, outs, cuda_graphs=False, **knobs)
         graphs = run_pagetune(args.model, prompts, outs, cuda_graphs=True, **knobs)
         row |= {"pagetune_tok_s": eager["tok_s"], "pagetune_graphs_tok_s": graphs["tok_s"],
                 "kv_waste": graphs["kv_waste"], "static_kv_waste": static_kv_waste(prompts, outs, 64)}

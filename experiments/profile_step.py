@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     vocab = preset_config(args.model).vocab_size
     llm = LLM(model=args.model, max_num_seqs=max(256, args.seqs), max_num_batched_tokens=args.budget,
-              max_model_len=4096, gpu_memory_utilization=0.9)
+              max_model_len=4096, gpu_memory_utilization=0.9, cuda_graphs=False)
     engine = llm.engine
     llm.generate([[1] * 64] * 4, SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)  # compile
     gen = torch.Generator().manual_seed(0)

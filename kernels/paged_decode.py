@@ -200,7 +200,7 @@ def launch_paged_decode(
 
 def paged_decode(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-    context_lens: torch.Tensor, *, scale: float, qk_clip: float | None = None, split_kv_min_len: int = 2048,
+    context_lens: torch.Tensor, *, scale: float, split_kv_min_len: int, qk_clip: float | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Decode attention over the paged cache (Triton).
 

@@ -8,16 +8,16 @@ the knob. Nothing mutates a config after it is built: resolved copies are made w
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-import sys
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import yaml
+
+from runtime.typed import build, closest
 
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8_e4m3")
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -30,6 +30,14 @@ class ConfigError(ValueError):
 def _check(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise ConfigError(f"{key}: {message}")
+
+
+# Field metadata key: the value under which a field leaves the model's numerics unchanged. Fields that
+# carry it change numerics otherwise (the tuner's quality guardrail checks them against that value).
+NEUTRAL = "numerics_neutral"
+# The per-step token budget with chunked prefill when `scheduler.max_num_batched_tokens` is null (vLLM's
+# `vllm serve` default for GPUs under 70 GiB; without chunked prefill the budget is max_model_len).
+DEFAULT_CHUNKED_BUDGET = 2048
 
 
 def _is_pow2(n: int) -> bool:
@@ -69,7 +77,7 @@ class CacheConfig:
     gpu_memory_utilization: float = 0.9  # share of device memory the engine may use
     device_memory_gb: float | None = None  # device memory to plan with; None asks CUDA (required on CPU)
     swap_space: float = 0.0  # GiB of CPU memory for swapped-out KV blocks (preemption_mode=swap)
-    kv_cache_dtype: str = "auto"  # auto: the model dtype
+    kv_cache_dtype: str = field(default="auto", metadata={NEUTRAL: "auto"})  # auto: the model dtype
     enable_prefix_caching: bool = True
     watermark: float = 0.01  # share of blocks kept free when admitting new requests
     num_gpu_blocks_override: int | None = None  # fix the pool size in blocks (tests, debugging)
@@ -119,7 +127,8 @@ class CacheConfig:
 @dataclass(frozen=True)
 class SchedulerConfig:
     max_num_seqs: int = 256  # running requests at most
-    max_num_batched_tokens: int | None = None  # token budget per step; None: 2048 chunked, else max_model_len
+    max_num_batched_tokens: int | None = None  # token budget per step; None: DEFAULT_CHUNKED_BUDGET chunked,
+    #                                            else max_model_len
     enable_chunked_prefill: bool = True
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     preemption_mode: str = "recompute"  # recompute | swap
@@ -142,10 +151,14 @@ class KernelConfig:
     attention_backend: str = "auto"  # auto: triton on CUDA, torch elsewhere | torch | triton
     flash_min_len: int = 64  # prefill chunks shorter than this use torch SDPA instead of flash
     split_kv_min_len: int = 2048  # decode contexts longer than this use split-KV
-    qk_clip: float | None = None  # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax
+    # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax; None: no clamp
+    qk_clip: float | None = field(default=None, metadata={NEUTRAL: None})
     pad_multiple: int = 1  # pad token count and decode batch size up to a multiple of this
-    cuda_graphs: bool = False  # capture decode steps (CUDA only)
-    sampler_half_topk: bool = False  # top-k rows: select the k in fp16, softmax in fp32 over them, batched
+    # capture decode steps; None: on wherever graphs can run (CUDA, Triton attention, one block-size
+    # tier), as vLLM captures unless told `--enforce-eager`
+    cuda_graphs: bool | None = None
+    # top-k rows: select the k in fp16, softmax in fp32 over them, batched
+    sampler_half_topk: bool = field(default=False, metadata={NEUTRAL: False})
 
     def __post_init__(self) -> None:
         _check(self.attention_backend in ("auto", "torch", "triton"), "kernel.attention_backend",
@@ -170,6 +183,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "device",
                f"must be auto, cpu or cuda[:N], got {self.device!r}")
+        _check(not (self.kernel.cuda_graphs and self.cache.block_tiers), "kernel.cuda_graphs",
+               "decode graphs support one block-size tier: set it to null or false with cache.block_tiers")
+        _check(self.device != "cpu" or not self.kernel.cuda_graphs, "kernel.cuda_graphs",
+               "needs a CUDA device (device is cpu): set it to null or false")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> EngineConfig:
@@ -191,7 +208,7 @@ class EngineConfig:
         for key, value in knobs.items():
             section = FLAT_KEYS.get(key)
             if section is None:
-                raise ConfigError(f"unknown engine argument {key!r}{_suggest(key, FLAT_KEYS)}")
+                raise ConfigError(f"unknown engine argument {key!r}{closest(key, FLAT_KEYS)}")
             if section == "":
                 nested[key] = value  # type: ignore[assignment]
             else:
@@ -202,57 +219,33 @@ class EngineConfig:
         """Nested plain dict (YAML-ready); `from_mapping(to_dict())` round-trips."""
         return _to_plain(self)
 
+    @property
+    def changes_numerics(self) -> bool:
+        """Whether a numerics-changing field (`NUMERICS_NEUTRAL`) is off its neutral value."""
+        return self != self.numerics_neutral()
 
-def _suggest(key: str, options: Mapping[str, Any] | list[str]) -> str:
-    close = difflib.get_close_matches(key, list(options), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    def numerics_neutral(self) -> EngineConfig:
+        """This config with every numerics-changing field at its neutral value (the guardrail's reference)."""
+        sections = {}
+        for path, neutral in NUMERICS_NEUTRAL.items():
+            section, name = path.split(".")
+            sections.setdefault(section, {})[name] = neutral
+        return replace(self, **{s: replace(getattr(self, s), **v) for s, v in sections.items()})
+
+    def inert_fields(self, device_type: str) -> frozenset[str]:
+        """Dotted fields that cannot change anything on a `device_type` ("cuda", "cpu") engine."""
+        inert = set()
+        if device_type != "cuda":
+            inert.add("kernel.cuda_graphs")
+        torch_attention = self.kernel.attention_backend == "torch" or (
+            self.kernel.attention_backend == "auto" and device_type != "cuda")
+        if torch_attention:  # the Triton kernels' thresholds
+            inert |= {"kernel.flash_min_len", "kernel.split_kv_min_len"}
+        return frozenset(inert)
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
-    hints = get_type_hints(cls)
-    names = [f.name for f in fields(cls)]
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in names:
-            raise ConfigError(f"unknown key '{prefix}{key}'{_suggest(str(key), names)}")
-        kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
-    missing = [f.name for f in fields(cls) if f.name not in kwargs and f.default is MISSING
-               and f.default_factory is MISSING]
-    if missing:
-        raise ConfigError(f"{prefix.rstrip('.')}: missing {', '.join(repr(m) for m in missing)}")
-    return cls(**kwargs)
-
-
-def _coerce(hint: Any, value: Any, key: str) -> Any:
-    """Check a YAML value against a field's type hint; build nested dataclasses and tiers."""
-    if is_dataclass(hint):
-        return _build(hint, value, f"{key}.")
-    text = str(hint)
-    if text.startswith("dict"):
-        _check(value is None or isinstance(value, Mapping), key, f"expected a mapping, got {value!r}")
-        return None if value is None else dict(value)
-    if "BlockTier" in text:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{key}: expected a list of {{max_len, block_size, share}}")
-        return tuple(_build(BlockTier, v, f"{key}[{i}].") for i, v in enumerate(value))
-    if value is None:
-        _check("None" in text, key, "must not be null")
-        return None
-    if "bool" in text:
-        _check(isinstance(value, bool), key, f"expected true or false, got {value!r}")
-    elif "int" in text and "float" not in text:
-        _check(isinstance(value, int) and not isinstance(value, bool), key, f"expected an integer, got {value!r}")
-    elif "float" in text:
-        _check(isinstance(value, int | float) and not isinstance(value, bool), key, f"expected a number, got {value!r}")
-        # A huge YAML integer would raise OverflowError in float().
-        _check(not isinstance(value, int) or abs(value) <= sys.float_info.max, key,
-               "too large for a float (|value| > 1.8e308)")
-        value = float(value)
-    elif "str" in text:
-        _check(isinstance(value, str), key, f"expected a string, got {value!r}")
-    return value
+    return build(cls, data, ConfigError, prefix)
 
 
 def _to_plain(obj: Any) -> Any:
@@ -275,4 +268,11 @@ def _flat_keys() -> dict[str, str]:
     return keys
 
 
+def _numerics_neutral() -> dict[str, Any]:
+    return {f"{section}.{f.name}": f.metadata[NEUTRAL]
+            for section in ("cache", "scheduler", "kernel") for f in fields(get_type_hints(EngineConfig)[section])
+            if NEUTRAL in f.metadata}
+
+
 FLAT_KEYS = _flat_keys()  # vLLM-style flat argument -> section of EngineConfig ("" for top level)
+NUMERICS_NEUTRAL = _numerics_neutral()  # dotted field -> its neutral value, for the fields that change numerics

@@ -2,8 +2,10 @@
 
 `step()` is three moves: schedule, run, postprocess. It returns a `RequestOutput` for every request
 that finished in the step and, for requests whose `output_kind` is CUMULATIVE (the default, as in
-vLLM), for every step that added tokens. Timestamps come from `clock`, which the tuner's replay
-replaces with a clock that skips idle gaps.
+vLLM), for every step that added tokens. Timestamps come from the `clock` given at construction (the
+tuner's replay gives one that skips idle gaps); a token's time is read once the step's device work
+is done (its tokens are on the host). `reset()` empties the engine for another run on the same
+weights and KV pool.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 
@@ -26,20 +27,7 @@ from runtime.sampler import Sampler
 from runtime.sampling_params import RequestOutputKind, SamplingParams
 from runtime.scheduler import Scheduler, SchedulerOutput
 from runtime.sequence import Request, SeqStatus, Sequence
-
-
-class StepStats(NamedTuple):
-    time: float
-    num_running: int
-    num_waiting: int
-    num_swapped: int
-    num_batched_tokens: int
-    num_preempted: int
-    kv_used_blocks: int
-    kv_total_blocks: int
-    kv_cached_blocks: int
-    kv_allocated_slots: int
-    kv_used_slots: int
+from runtime.stats import StepStats, StepTotals
 
 
 class LLMEngine:
@@ -66,12 +54,29 @@ class LLMEngine:
                                   config.scheduler.max_num_seqs)
         self.sampler = Sampler(half_topk=config.kernel.sampler_half_topk)
         self.requests: dict[str, Request] = {}
-        self.step_stats: list[StepStats] = []
+        self.last_step: StepStats | None = None  # the latest step's stats; no history is kept
+        self.totals = StepTotals()
         self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()
         self._seq_ids = itertools.count()
         self._seeds = itertools.count(config.seed * 1_000_003)
         eos = self.model_config.eos_token_id
         self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
+
+    def reset(self) -> None:
+        """Abort everything and forget it: an empty KV pool and prefix cache, fresh totals and seeds.
+
+        Weights, KV tensors and captured graphs are kept, so a run after `reset()` behaves as on a new
+        engine without allocating a second pool.
+        """
+        for request_id in list(self.requests):
+            self.abort(request_id)
+        self._pending = []
+        self.kv.reset()
+        if self.logprobs is not None:
+            self.logprobs = {}
+        self.last_step, self.totals = None, StepTotals()
+        self._seq_ids = itertools.count()
+        self._seeds = itertools.count(self.config.seed * 1_000_003)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._pending)
@@ -130,13 +135,13 @@ class LLMEngine:
                 item.seq.request.metrics.first_scheduled_time = now
         if not sched.empty:
             logits = self.runner.execute(sched)
-            outputs += self._postprocess(sched, logits, self.clock())
+            outputs += self._postprocess(sched, logits)
         self._record(sched)
         if self.config.debug_integrity:
             self.check_integrity()
         return outputs
 
-    def _postprocess(self, sched: SchedulerOutput, logits: torch.Tensor, now: float) -> list[RequestOutput]:
+    def _postprocess(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
         groups: list[list[Sequence]] = []
         for item in sched.scheduled:
             item.seq.num_computed_tokens += item.num_new_tokens
@@ -147,8 +152,10 @@ class LLMEngine:
         if self.logprobs is not None:
             for group, row in zip(groups, logits.log_softmax(-1).cpu()):
                 self.logprobs.setdefault(group[0].request.request_id, []).append(row)
+        sampled = self.sampler.sample(logits, rows)  # host lists: the step's device work is done
+        now = self.clock()
         reported: dict[str, Request] = {}  # requests this step reports: finished ones, and every CUMULATIVE one
-        for group, tokens in zip(groups, self.sampler.sample(logits, rows)):
+        for group, tokens in zip(groups, sampled):
             for seq, token in zip(group, tokens):
                 req = seq.request
                 if self._append(seq, token, now) or req.params.output_kind is RequestOutputKind.CUMULATIVE:
@@ -216,8 +223,9 @@ class LLMEngine:
     def _record(self, sched: SchedulerOutput) -> None:
         usage = self.kv.usage(self.scheduler.running)
         s = self.scheduler
-        self.step_stats.append(StepStats(
+        self.last_step = StepStats(
             self.clock(), len(s.running), len(s.waiting), len(s.swapped), sched.num_batched_tokens,
             sched.num_preempted, usage.used_blocks, usage.total_blocks, usage.cached_blocks,
-            usage.allocated_slots, usage.used_slots))
+            usage.allocated_slots, usage.used_slots)
+        self.totals.add(self.last_step)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ class LLM:
     def __init__(self, model: str = "tiny", **engine_knobs: Any) -> None:
         self.config = engine_knobs.pop("config", None) or EngineConfig.from_flat(model, **engine_knobs)
         self.engine = LLMEngine(self.config)
+        self._calls = itertools.count()  # request ids stay unique across generate() calls
 
     @classmethod
     def from_config(cls, config: str | Path | Mapping[str, Any] | EngineConfig) -> LLM:
@@ -36,8 +38,8 @@ class LLM:
         params = sampling_params if isinstance(sampling_params, Sequence) else [sampling_params] * len(prompt_token_ids)
         if len(params) != len(prompt_token_ids):
             raise ValueError(f"got {len(params)} sampling params for {len(prompt_token_ids)} prompts")
-        base = len(self.engine.requests) + len(self.engine.step_stats)
-        ids = [f"gen-{base}-{i}" for i in range(len(prompt_token_ids))]
+        call = next(self._calls)
+        ids = [f"gen-{call}-{i}" for i in range(len(prompt_token_ids))]
         for rid, prompt, p in zip(ids, prompt_token_ids, params):
             # Only the finished outputs are read here: the engine builds no per-step outputs (as vLLM's LLM does).
             final = dataclasses.replace(p or SamplingParams(), output_kind=RequestOutputKind.FINAL_ONLY)

@@ -8,13 +8,16 @@ import torch
 
 from runtime.config import ConfigError, EngineConfig
 from runtime.kv.manager import TierSpec
+from runtime.limits import engine_limits
 from runtime.memory import (
     CPU_DEFAULT_MEMORY_GB,
     GIB,
+    InsufficientMemoryError,
     MemoryPlan,
     estimate_activation_bytes,
     plan_memory,
 )
+from runtime.model.info import model_info
 from runtime.model.llama import LlamaForCausalLM
 from runtime.model.loader import load_model
 
@@ -48,37 +51,6 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-def _sliding_window(hf_config) -> int | None:
-    """The attention window when the model uses one (Mistral v0.1; Qwen2 only with use_sliding_window)."""
-    window = getattr(hf_config, "sliding_window", None)
-    active = getattr(hf_config, "use_sliding_window", hf_config.model_type == "mistral")
-    return window if window and active else None
-
-
-def resolve_max_model_len(config: EngineConfig, hf_config) -> int:
-    """The model's limit, or the configured one. Sliding-window attention is not implemented: within the
-    window it equals full attention, so a windowed model is capped at its window, exactly."""
-    window = _sliding_window(hf_config)
-    limit = min(hf_config.max_position_embeddings, window or hf_config.max_position_embeddings)
-    wanted = config.scheduler.max_model_len or limit
-    if wanted > limit:
-        why = f"sliding window ({window})" if window and window < hf_config.max_position_embeddings else \
-            f"max_position_embeddings ({limit})"
-        raise ConfigError(f"scheduler.max_model_len ({wanted}) exceeds the model's {why}")
-    return wanted
-
-
-def resolve_budget(config: EngineConfig, max_model_len: int) -> int:
-    """The per-step token budget; without chunked prefill it must hold a whole prompt."""
-    sched = config.scheduler
-    budget = sched.max_num_batched_tokens or (2048 if sched.enable_chunked_prefill else max_model_len)
-    if not sched.enable_chunked_prefill and budget < max_model_len:
-        raise ConfigError(
-            f"scheduler.max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) "
-            "when scheduler.enable_chunked_prefill is false")
-    return budget
-
-
 def _activation_bytes(config: EngineConfig, model: LlamaForCausalLM, budget: int, max_model_len: int,
                       device: torch.device, dtype: torch.dtype) -> int:
     if device.type != "cuda":
@@ -94,8 +66,23 @@ def _device_bytes(config: EngineConfig, device: torch.device) -> int:
     if config.cache.device_memory_gb is not None:
         return int(config.cache.device_memory_gb * GIB)
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
+        total = torch.cuda.get_device_properties(device).total_memory
+        _check_free(total, config.cache.gpu_memory_utilization, device)
+        return total
     return int(CPU_DEFAULT_MEMORY_GB * GIB)
+
+
+def _check_free(total: int, utilization: float, device: torch.device) -> None:
+    """The engine's share of the GPU must be free at start: memory other processes hold is not ours to plan."""
+    free, _ = torch.cuda.mem_get_info(device)
+    ours = torch.cuda.memory_reserved(device)  # weights already loaded, a previous engine's cached blocks
+    others = total - free - ours
+    if utilization * total > total - others:
+        raise InsufficientMemoryError(
+            f"cache.gpu_memory_utilization: {utilization:g} x {total / GIB:.1f} GiB = {utilization * total / GIB:.1f}"
+            f" GiB is more than this process can have: {others / GIB:.1f} GiB of the GPU are held by other "
+            f"processes. Lower cache.gpu_memory_utilization to {max(0.0, 1 - others / total) - 0.01:.2f} or less, "
+            "or free the GPU.")
 
 
 def plan_placement(config: EngineConfig, model: LlamaForCausalLM | None = None) -> Placement:
@@ -104,9 +91,7 @@ def plan_placement(config: EngineConfig, model: LlamaForCausalLM | None = None) 
     kv_dtype = dtype if config.cache.kv_cache_dtype == "auto" else _DTYPES[config.cache.kv_cache_dtype]
     if model is None:
         model = load_model(config.model.name, dtype, device, config.model.seed)
-    max_model_len = resolve_max_model_len(config, model.config)
-    budget = resolve_budget(config, max_model_len)
-    tiers = config.cache.tiers(max_model_len)
+    max_model_len, budget, tiers = engine_limits(config, model_info(config.model.name))
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     memory = plan_memory(
         device_bytes=_device_bytes(config, device), utilization=config.cache.gpu_memory_utilization,

@@ -59,7 +59,10 @@ class ModelRunner:
         self.caches = allocate_caches(model.layout, sizes, [t.num_blocks for t in kv.tiers], kv_dtype, device)
         self.cpu_caches = allocate_caches(model.layout, sizes, num_cpu_blocks, kv_dtype, torch.device("cpu"),
                                           swap=True)
-        self.graphs = self._decode_graphs(max_num_seqs) if kernel.cuda_graphs else None
+        graphs = kernel.cuda_graphs
+        if graphs is None:  # auto: wherever they can run
+            graphs = device.type == "cuda" and self.use_triton and len(kv.tiers) == 1
+        self.graphs = self._decode_graphs(max_num_seqs) if graphs else None
 
     def _decode_graphs(self, max_num_seqs: int) -> DecodeGraphs:
         if self.device.type != "cuda" or not self.use_triton:

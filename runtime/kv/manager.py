@@ -1,7 +1,7 @@
 """Block tables of every sequence over per-tier block pools: allocation, prefix hits, fork, COW, swap.
 
-Queries and actions come in pairs, as the scheduler uses them: `can_allocate` then
-`allocate_slots`, `can_swap_in` then `swap_in`. A sequence's table always covers exactly the
+The scheduler grows tables with `try_allocate` (the blocks, or None: preempt), and swaps with the
+query/action pairs `can_swap_in` then `swap_in`. A sequence's table always covers exactly the
 tokens whose KV is (or is being) written:
 
     token:  0 1 2 3 | 4 5 6 7 | 8 9 .          block_size 4, 10 tokens computed
@@ -45,10 +45,14 @@ def _cdiv(a: int, b: int) -> int:
 class KVCacheManager:
     def __init__(self, tiers: Seq[TierSpec], enable_prefix_caching: bool, watermark: float) -> None:
         self.tiers = tuple(tiers)
-        self.pools = [BlockPool(t.num_blocks, enable_prefix_caching) for t in self.tiers]
-        self.cpu_pools = [BlockPool(t.num_cpu_blocks, False) for t in self.tiers]
         self.watermark_blocks = [int(watermark * t.num_blocks) for t in self.tiers]
         self.enable_prefix_caching = enable_prefix_caching
+        self.reset()
+
+    def reset(self) -> None:
+        """Every block free, nothing cached, no tables: as built (the engine's KV tensors are untouched)."""
+        self.pools = [BlockPool(t.num_blocks, self.enable_prefix_caching) for t in self.tiers]
+        self.cpu_pools = [BlockPool(t.num_cpu_blocks, False) for t in self.tiers]
         self.tables: dict[int, list[int]] = {}  # seq id -> device block ids
         self.hashes: dict[int, list[int]] = {}  # seq id -> chained hashes of its full blocks
         self.cpu_tables: dict[int, list[int]] = {}  # seq id -> swap block ids
@@ -84,12 +88,9 @@ class KVCacheManager:
         cow = computed % bs != 0 and self.pools[seq.tier].meta[table[computed // bs]].ref_count > 1
         return max(0, grow) + cow
 
-    def can_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool = False) -> bool:
-        reserve = self.watermark_blocks[seq.tier] if keep_watermark else 0
-        return self.blocks_needed(seq, num_new) <= self.pools[seq.tier].num_free - reserve
-
     def try_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool = False) -> list[BlockCopy] | None:
-        """`can_allocate` and `allocate_slots` in one call: the copies, or None when the caller must preempt."""
+        """`allocate_slots` when the blocks are there (beyond the watermark if asked): the copies, or None
+        when the caller must preempt."""
         need = self.blocks_needed(seq, num_new)
         if need == 0:
             return []
@@ -134,7 +135,7 @@ class KVCacheManager:
     def allocate_slots(self, seq: Sequence, num_new: int) -> list[BlockCopy]:
         """Grow the table to cover `num_new` more tokens; copy-on-write a shared last block.
 
-        Precondition: `can_allocate(seq, num_new)`. Returns the block copies the executor must do
+        Precondition: `blocks_needed(seq, num_new)` blocks are free. Returns the block copies the executor must do
         before the forward pass.
         """
         pool, bs = self.pools[seq.tier], self.tiers[seq.tier].block_size

@@ -11,15 +11,12 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig
 
+from runtime.model.info import ModelLoadError
 from runtime.model.llama import LlamaForCausalLM
 from runtime.model.presets import PRESETS, preset_config
 from runtime.model.rope import RotaryEmbedding
 
 _FUSED = re.compile(r"(.*)\.(self_attn\.(q|k|v)_proj|mlp\.(gate|up)_proj)\.(weight|bias)$")
-
-
-class ModelLoadError(ValueError):
-    """The model cannot be found or its weights do not fit its config; the message says which."""
 
 
 def load_config(name: str):

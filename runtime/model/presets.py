@@ -1,35 +1,37 @@
-"""Well-known model shapes with seeded random weights, for benchmarks and CPU tests (no download)."""
+"""Well-known model shapes with seeded random weights, for benchmarks and CPU tests (no download).
+
+Plain data (no torch, no transformers at import): `runtime.model.info` reads shapes from here in
+processes that never load a model.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from transformers import LlamaConfig, Qwen2Config
-
-# name -> (config class, shape); eos ids of the real models are kept so EOS handling is realistic
-PRESETS: dict[str, tuple[type, dict[str, Any]]] = {
-    "tiny": (LlamaConfig, dict(
+# name -> (transformers model_type, shape); eos ids of the real models are kept so EOS handling is realistic
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "tiny": ("llama", dict(
         vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, max_position_embeddings=4096, rms_norm_eps=1e-5,
         rope_theta=10000.0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)),
-    "tiny-qwen2": (Qwen2Config, dict(
+    "tiny-qwen2": ("qwen2", dict(
         vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1000000.0,
         bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)),
-    "llama-3-8b": (LlamaConfig, dict(
+    "llama-3-8b": ("llama", dict(
         vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192, rms_norm_eps=1e-5,
         rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001, tie_word_embeddings=False)),
-    "llama-3.2-1b": (LlamaConfig, dict(
+    "llama-3.2-1b": ("llama", dict(
         vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
         num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=8192,
         rms_norm_eps=1e-5, rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001,
         tie_word_embeddings=True)),
-    "llama-2-7b": (LlamaConfig, dict(
+    "llama-2-7b": ("llama", dict(
         vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
         num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096, rms_norm_eps=1e-5,
         rope_theta=10000.0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)),
-    "qwen2-7b": (Qwen2Config, dict(
+    "qwen2-7b": ("qwen2", dict(
         vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
         num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768, rms_norm_eps=1e-6,
         rope_theta=1000000.0, bos_token_id=151643, eos_token_id=151643, tie_word_embeddings=False)),
@@ -38,5 +40,7 @@ PRESETS: dict[str, tuple[type, dict[str, Any]]] = {
 
 def preset_config(name: str):
     """A transformers config object for the preset `name`."""
-    config_cls, shape = PRESETS[name]
-    return config_cls(**shape)
+    from transformers import AutoConfig
+
+    model_type, shape = PRESETS[name]
+    return AutoConfig.for_model(model_type, **shape)

@@ -6,6 +6,7 @@ kernels are checked against the references in interp_*.py (CPU) and test_kernel_
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
@@ -129,7 +130,8 @@ def _decode_args(**overrides):
     ({"qk_clip": 0.0}, "qk_clip"),
 ])  # fmt: skip
 def test_decode_wrappers_reject_bad_arguments(override: dict, message: str) -> None:
-    for fn in (paged_decode, paged_decode_reference):
+    triton = functools.partial(paged_decode, split_kv_min_len=2048)  # the reference has no split-KV threshold
+    for fn in (triton, paged_decode_reference):
         with pytest.raises(ValueError, match=message):
             fn(**_decode_args(**override))
 
@@ -158,7 +160,8 @@ def test_import_kernels_and_run_torch_path_without_triton() -> None:
         "q = torch.randn(1, 2, 16); k = torch.randn(2, 4, 1, 16)\n"
         "bt = torch.tensor([[1, 0]], dtype=torch.int32); n = torch.tensor([6], dtype=torch.int32)\n"
         "kernels.decode_attention(q, k, k, bt, n, scale=0.25, qk_clip=None, split_kv_min_len=1, use_triton=False)\n"
-        "try:\n    kernels.paged_decode(q, k, k, bt, n, scale=0.25)\nexcept RuntimeError as e:\n    print(e)\n"
+        "try:\n    kernels.paged_decode(q, k, k, bt, n, scale=0.25, split_kv_min_len=2048)\n"
+        "except RuntimeError as e:\n    print(e)\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from runtime import ConfigError, RequestOutputKind, SamplingParams
+from runtime import ConfigError, LLMEngine, RequestOutputKind, SamplingParams
 from runtime.memory import InsufficientMemoryError
 from tests.factories import assert_drained, greedy, make_llm
 
@@ -121,21 +121,20 @@ def test_budget_below_max_model_len_without_chunking_is_a_config_error(llama_dir
 
 def test_timestamps_and_step_stats(llama_dir):
     ticks = iter(range(1, 10_000))
-    llm = make_llm(llama_dir, block_size=4)
-    engine = llm.engine
-    engine.clock = lambda: float(next(ticks))
+    engine = LLMEngine(make_llm(llama_dir, block_size=4).config, clock=lambda: float(next(ticks)))
     engine.add_request("a", PROMPT, greedy(3), arrival_time=0.0)
-    outs = []
+    outs = engine.step()
+    first = engine.last_step
+    assert (first.num_running, first.num_batched_tokens, first.kv_used_blocks) == (1, 10, 3)
+    assert (first.kv_allocated_slots, first.kv_used_slots) == (12, 10)
     while engine.has_unfinished_requests():
         outs += engine.step()
     m = outs[-1].metrics
     assert m.arrival_time == 0.0
-    assert m.first_scheduled_time < m.first_token_time == m.token_times[0]
-    assert len(m.token_times) == 3 and m.token_times == sorted(m.token_times)
-    assert m.finished_time == m.token_times[-1]
-    first = engine.step_stats[0]
-    assert (first.num_running, first.num_batched_tokens, first.kv_used_blocks) == (1, 10, 3)
-    assert (first.kv_allocated_slots, first.kv_used_slots) == (12, 10)
+    # one tick at scheduling, one after the tokens reached the host, one for the step's stats
+    assert m.first_scheduled_time == 1.0 and m.first_token_time == 2.0 == m.token_times[0]
+    assert m.token_times == [2.0, 5.0, 8.0] and m.finished_time == 8.0
+    assert engine.totals.steps == 3 and engine.totals.busy_steps == 3
 
 
 def test_sliding_window_models_are_capped_at_their_window(tmp_path):
@@ -150,3 +149,28 @@ def test_sliding_window_models_are_capped_at_their_window(tmp_path):
     assert make_llm(tmp_path, block_size=4).engine.max_model_len == 64
     with pytest.raises(ConfigError, match=r"scheduler.max_model_len \(128\) exceeds the model's sliding window \(64\)"):
         make_llm(tmp_path, block_size=4, max_model_len=128)
+
+
+def test_reset_gives_a_fresh_engine_on_the_same_pool(llama_dir):
+    """After reset() a run repeats exactly (no prefix hits carried over), on the very same KV tensors."""
+    llm = make_llm(llama_dir, block_size=4)
+    engine = llm.engine
+    caches = [c.k.data_ptr() for c in engine.runner.caches]
+
+    def run() -> list[tuple[str, list[int], int]]:
+        for i, prompt in enumerate((PROMPT, PROMPT[:9], [*PROMPT, 5, 6])):
+            engine.add_request(f"r{i}", prompt, greedy(4), arrival_time=0.0)
+        outs = []
+        while engine.has_unfinished_requests():
+            outs += engine.step()
+        return [(o.request_id, o.outputs[0].token_ids, o.metrics.num_cached_tokens) for o in outs if o.finished]
+
+    first = run()
+    engine.add_request("left-behind", PROMPT, greedy(50))
+    engine.step()
+    engine.reset()
+    assert engine.kv.pools[0].num_free == engine.kv.pools[0].num_blocks and engine.kv.pools[0].num_cached == 0
+    assert not engine.has_unfinished_requests() and engine.totals.steps == 0 and engine.last_step is None
+    assert run() == first
+    assert [c.k.data_ptr() for c in engine.runner.caches] == caches
+    assert_drained(llm)

@@ -189,9 +189,10 @@ def test_watermark_applies_only_when_asked():
     kv = make_manager(block_size=4, num_blocks=10, watermark=0.2)
     assert kv.watermark_blocks == [2]
     eight, nine = make_seq([1] * 32), make_seq([1] * 36)
-    assert kv.can_allocate(eight, 32) and kv.can_allocate(eight, 32, keep_watermark=True)
-    assert kv.can_allocate(nine, 36)
-    assert not kv.can_allocate(nine, 36, keep_watermark=True)
+    assert kv.try_allocate(nine, 36, keep_watermark=True) is None  # 9 blocks would leave 1 of the 2 kept free
+    assert kv.try_allocate(eight, 32, keep_watermark=True) == []  # 8 leave exactly the watermark
+    kv.free(eight)
+    assert kv.try_allocate(nine, 36) == []  # without the watermark all 10 blocks may go
 
 
 def test_allocate_slots_grows_the_table_by_whole_blocks():

@@ -50,10 +50,10 @@ class KVMachine(RuleBasedStateMachine):
                     dst[c.tier][c.dst * bs + o] = value
 
     def _compute(self, seq: Sequence, n: int) -> bool:
-        """allocate_slots + write + commit for the next n tokens; False when the pool is short."""
-        if n == 0 or not self.kv.can_allocate(seq, n):
+        """try_allocate + write + commit for the next n tokens; False when the pool is short."""
+        copies = self.kv.try_allocate(seq, n) if n else None
+        if copies is None:
             return False
-        copies = self.kv.allocate_slots(seq, n)
         event(f"copy-on-write copies: {len(copies)}")
         self._copy(copies, self.device, self.device)
         bs, table = self.kv.tiers[seq.tier].block_size, self.kv.tables[seq.seq_id]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,7 @@ def test_bad_traffic_line_names_file_and_line(tmp_path):
 
 
 def test_help_and_cfg_job_behave_like_hydra(tmp_path):
-    help_out = run_tuner(["python", "-m", "tuner", "--help"], cwd=tmp_path, timeout=120)
+    help_out = run_tuner([sys.executable, "-m", "tuner", "--help"], cwd=tmp_path, timeout=120)
     assert help_out.returncode == 0 and "== Config ==" in help_out.stdout
     cfg = run_tuner([*tuner_args(tmp_path, SAMPLE_TRAFFIC)[:4], "--cfg", "job"], cwd=tmp_path, timeout=120)
     assert cfg.returncode == 0, cfg.stderr[-2000:]

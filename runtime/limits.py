@@ -1,0 +1,52 @@
+"""The effective limits of an engine for a config and a model, every cap applied (no torch).
+
+One rule each, used by the engine at start and by anything that plans without one (the tuner's
+parent process sizing its traffic): the longest request (`max_model_len`), the per-step token
+budget, the block-size tiers that budget is served from.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from runtime.config import DEFAULT_CHUNKED_BUDGET, BlockTier, ConfigError, EngineConfig
+from runtime.model.info import ModelInfo
+
+__all__ = ["EngineLimits", "engine_limits"]
+
+
+class EngineLimits(NamedTuple):
+    max_model_len: int  # prompt + generated tokens of one request, at most
+    max_num_batched_tokens: int  # tokens computed per engine step, at most
+    tiers: tuple[BlockTier, ...]  # the effective block-size tiers (the last ends at max_model_len)
+
+
+def engine_limits(config: EngineConfig, info: ModelInfo) -> EngineLimits:
+    """Limits of an engine of `config` on `info`'s model; a ConfigError names the key that cannot hold."""
+    max_model_len = _max_model_len(config, info)
+    return EngineLimits(max_model_len, _budget(config, max_model_len), config.cache.tiers(max_model_len))
+
+
+def _max_model_len(config: EngineConfig, info: ModelInfo) -> int:
+    """The model's limit, or the configured one. Sliding-window attention is not implemented: within the
+    window it equals full attention, so a windowed model is capped at its window, exactly."""
+    window = info.sliding_window
+    limit = min(info.max_position_embeddings, window or info.max_position_embeddings)
+    wanted = config.scheduler.max_model_len or limit
+    if wanted > limit:
+        why = f"sliding window ({window})" if window and window < info.max_position_embeddings else \
+            f"max_position_embeddings ({limit})"
+        raise ConfigError(f"scheduler.max_model_len ({wanted}) exceeds the model's {why}")
+    return wanted
+
+
+def _budget(config: EngineConfig, max_model_len: int) -> int:
+    """The per-step token budget; without chunked prefill it must hold a whole prompt."""
+    sched = config.scheduler
+    budget = sched.max_num_batched_tokens or (DEFAULT_CHUNKED_BUDGET if sched.enable_chunked_prefill
+                                              else max_model_len)
+    if not sched.enable_chunked_prefill and budget < max_model_len:
+        raise ConfigError(
+            f"scheduler.max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) "
+            "when scheduler.enable_chunked_prefill is false")
+    return budget
