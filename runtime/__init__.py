@@ -6,6 +6,7 @@ nothing else. Configuration, model info and limits load without torch, so a proc
 use (PEP 562).
 
     torch-free   EngineConfig, BlockTier, ConfigError, NUMERICS_NEUTRAL   the config and its rules
+                 build_config                                              the one validator of frozen configs
                  ModelInfo, model_info, ModelLoadError                      a model's shape and limits
                  EngineLimits, engine_limits                               max_model_len, token budget, tiers
     with torch   LLM, LLMEngine, SamplingParams, RequestOutputKind, RequestOutput, CompletionOutput,
@@ -23,6 +24,7 @@ from typing import Any
 from runtime.config import NUMERICS_NEUTRAL, BlockTier, ConfigError, EngineConfig
 from runtime.limits import EngineLimits, engine_limits
 from runtime.model.info import ModelInfo, ModelLoadError, model_info
+from runtime.typed import build as build_config
 
 _LAZY = {
     "LLM": "runtime.llm",
@@ -43,7 +45,7 @@ _LAZY = {
 }
 
 __all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "ModelInfo",
-           "ModelLoadError", "engine_limits", "model_info", *_LAZY]
+           "ModelLoadError", "build_config", "engine_limits", "model_info", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

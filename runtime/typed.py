@@ -62,10 +62,10 @@ def _coerce(hint: Any, value: Any, key: str, error: type[Exception]) -> Any:
         return _coerce(inner[0] if len(inner) == 1 else Any, value, key, error)
     if hint is Any:
         return value
-    if value is None:
-        raise error(f"{key}: must not be null")
     if dataclasses.is_dataclass(hint):
         return build(hint, value, error, f"{key}.")
+    if value is None:
+        raise error(f"{key}: must not be null")
     if isinstance(hint, type) and issubclass(hint, Enum):
         return _enum(hint, value, key, error)
     if origin in (tuple, list):

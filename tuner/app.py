@@ -1,8 +1,11 @@
 """`python -m tuner +traffic=PATH [overrides]`: the whole job, start to finish.
 
-    compose + validate (Hydra, tuner.config) -> load traffic -> tracking check (fail fast)
-    -> open/resume the study -> search (trials in the worker) -> pick best vs baseline
-    -> validation replays -> report, best.yaml, vllm.yaml (atomic) -> plots -> MLflow -> summary
+    compose + validate (Hydra, tuner.config) -> traffic (loaded, windowed, split) -> the worker
+    (device described) -> space and baseline -> tracking check (fail fast) -> open/resume the study
+    -> search (trials in the worker) -> conclude (finalists re-measured, pick, proof, verdict)
+    -> report, best.yaml, vllm.yaml (atomic) -> plots -> MLflow -> the console summary
+
+This process never imports torch: trials run in the worker (tuner.trials.supervisor).
 """
 
 from __future__ import annotations
@@ -16,41 +19,55 @@ from pathlib import Path
 import optuna
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
-from runtime.model.loader import load_config
-from tuner.config import AppConfig, StorageBackend, TunerConfigError, load_app_config
-from tuner.export import build_metadata, write_exports
-from tuner.journal_heartbeat import JournalHeartbeat
-from tuner.locking import store_lock
-from tuner.outputs import study_plots, summary_lines, write_report
+from runtime import ConfigError, engine_limits, model_info
+from tuner.config import AppConfig, TunerConfigError, load_app_config
+from tuner.console import Console
 from tuner.redact import mask_text, mask_url
-from tuner.space import SearchSpace
-from tuner.study import TrialRunner, open_study, run_search, trials_counted
-from tuner.supervisor import WorkerSupervisor
+from tuner.results.conclude import NoBaseline, conclude, measurements_planned
+from tuner.results.export import write_exports
+from tuner.results.report import render_report
+from tuner.results.summary import export_metadata, report_inputs, study_plots, summary_lines
+from tuner.search.baseline import baseline_config
+from tuner.search.identity import StudyIdentity, study_identity
+from tuner.search.objective import Rates, TrialRunner
+from tuner.search.space import SearchSpace
+from tuner.search.study import open_study, run_search, trials_counted
+from tuner.store.heartbeat import JournalHeartbeat
+from tuner.store.locking import store_lock
 from tuner.tracking import RunState, Tracker, TrackingError
-from tuner.traffic import TrafficError, TrafficLoad, load_traffic, select, split_windows
-from tuner.trial import TrialOutcome, TrialStatus
-from tuner.validate import pick, validate
+from tuner.traffic import (
+    ReplayWindow,
+    TrafficError,
+    TrafficLoad,
+    arrival_rate,
+    load_traffic,
+    peak_rate,
+    select,
+    split_windows,
+)
+from tuner.trials.supervisor import WorkerSupervisor
 
 log = logging.getLogger("pagetune")
 
 
 def _load(app: AppConfig) -> TrafficLoad:
-    model = load_config(app.runtime.model.name)
-    max_len = app.runtime.scheduler.max_model_len or model.max_position_embeddings
+    limits = engine_limits(app.runtime, model_info(app.runtime.model.name))  # the runtime's rule, every cap
     return load_traffic(app.traffic, fmt=app.traffic_format.value, on_error=app.replay.on_error.value,
-                        vocab_size=model.vocab_size, max_model_len=max_len,
+                        vocab_size=model_info(app.runtime.model.name).vocab_size, max_model_len=limits.max_model_len,
                         long_prompts=app.replay.long_prompts.value)
 
 
-def _trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome) -> str:
-    m = outcome.metrics
-    knobs = ", ".join(f"{k}={v}" for k, v in trial.params.items())
-    if outcome.status is TrialStatus.ok:
-        return (f"trial {trial.number}: goodput {m['goodput_rps']:.3f} req/s, ttft p99 {m['ttft_p99_s']:.3f} s, "
-                f"tpot p99 {m['tpot_p99_s']:.4f} s [{knobs}]")
-    return f"trial {trial.number}: {outcome.status.value.upper()}: {mask_text(outcome.reason or '')} [{knobs}]"
+def _windows(app: AppConfig, traffic: TrafficLoad) -> tuple[ReplayWindow, ReplayWindow | None, Rates]:
+    requests = select(traffic.requests, start_s=app.replay.start_s, duration_s=app.replay.duration_s,
+                      max_requests=app.replay.max_requests, sample=app.replay.sample, seed=app.replay.seed,
+                      time_scale=app.replay.time_scale)
+    split = split_windows(requests, app.validation.holdout_fraction)
+    search = ReplayWindow("search", split.search, arrival_rate(split.search))
+    held_out = ReplayWindow("validation", split.validation, arrival_rate(split.validation)) \
+        if len(split.validation) >= 2 else None
+    rates = Rates(search.rate_rps, search.rate_rps / app.replay.time_scale, peak_rate(traffic.requests))
+    return search, held_out, rates
 
 
 def _mask_hydra_record(hydra: DictConfig) -> None:
@@ -67,22 +84,39 @@ def _mask_hydra_record(hydra: DictConfig) -> None:
 
 def run(cfg: DictConfig) -> int:
     _mask_hydra_record(HydraConfig.get())
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours (_trial_line)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours (tuner.console)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # RDB heartbeats
     try:
         app = load_app_config(cfg)
         traffic = _load(app)
-        space = SearchSpace.from_config(app.search)
-    except (TunerConfigError, TrafficError) as e:
+        search, held_out, rates = _windows(app, traffic)
+    except (TunerConfigError, TrafficError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    if traffic.skipped_count:
-        print(f"traffic: skipped {traffic.skipped_count} bad lines of {app.traffic} (replay.on_error=skip)")
-    requests = select(traffic.requests, start_s=app.replay.start_s, duration_s=app.replay.duration_s,
-                      max_requests=app.replay.max_requests, sample=app.replay.sample, seed=app.replay.seed,
-                      time_scale=app.replay.time_scale)
-    windows = split_windows(requests, app.validation.holdout_fraction)
+    console = Console(out_dir / "trials.log")
+    console.line(f"traffic: {traffic.summary()}")
+    identity = study_identity(app, traffic.sha256)
+    executor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb)
+    try:
+        return _prepare_and_tune(app, identity, traffic, search, held_out, rates, executor, console, cfg, out_dir)
+    finally:
+        executor.close()
+        console.close()
+
+
+def _prepare_and_tune(app, identity: StudyIdentity, traffic, search, held_out, rates, executor, console, cfg,
+                      out_dir: Path) -> int:
+    hardware = executor.describe(app.runtime)
+    try:
+        space = SearchSpace.from_config(app.search, app.runtime.inert_fields(hardware.device_type))
+        baseline, source = baseline_config(app, hardware, space)
+    except (TunerConfigError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    console.line(f"device: {hardware.summary} ({hardware.versions}); baseline: {source}")
+    if space.inert:
+        console.line(f"not searched, no effect on {hardware.device_type}: {', '.join(space.inert)}")
     try:
         with store_lock(app.tracking.uri, "mlflow-tables"):  # workers starting together on a fresh store
             tracker = Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
@@ -90,60 +124,69 @@ def run(cfg: DictConfig) -> int:
     except TrackingError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    parent = tracker.start_study(app.tuner.study_name, OmegaConf.to_yaml(cfg),
+    parent = tracker.start_study(identity.name, OmegaConf.to_yaml(cfg),
                                  {"pagetune.traffic_sha256": traffic.sha256,
+                                  "pagetune.fingerprint": identity.fingerprint,
                                   "pagetune.storage": mask_url(app.storage.url)})
-    supervisor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb)
     try:
-        return _tune(app, space, traffic, windows, tracker, parent, supervisor, out_dir)
+        return _tune(app, identity, space, baseline, traffic, search, held_out, rates, executor, tracker, parent,
+                     console, hardware, out_dir)
     except BaseException:
         tracker.finish_study(parent, RunState.FAILED)
         raise
-    finally:
-        supervisor.close()
 
 
-def _tune(app, space, traffic, windows, tracker, parent, supervisor, out_dir: Path) -> int:
-    bar = tqdm(total=app.tuner.n_trials, desc="trials", unit="trial", position=0)
-    replay_bar = tqdm(total=len(windows.search), desc="replay", unit="req", position=1, leave=False)
-
-    def on_progress(number: int, done: int, total: int) -> None:
-        replay_bar.set_description(f"trial {number} replay")
-        replay_bar.n = done
-        replay_bar.refresh()
-
-    def on_trial_end(trial, outcome):
-        replay_bar.n = 0
-        replay_bar.refresh()
-        bar.update(1)
-        bar.write(_trial_line(trial, outcome))
-
+def _tune(app, identity, space, baseline, traffic, search, held_out, rates, executor, tracker, parent, console,
+          hardware, out_dir: Path) -> int:
     def on_stale(study, stale):
         optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=app.storage.max_retry)(study, stale)
         alive = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
         tracker.mark_stale_running(parent, alive - {stale.number})
 
-    study = open_study(app, space, on_stale)
-    bar.update(min(trials_counted(study), app.tuner.n_trials))
+    try:
+        study = open_study(app, identity, space, space.values_of(baseline), on_stale)
+    except TunerConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        tracker.finish_study(parent, RunState.FAILED)
+        return 2
+    console.start_trials(app.tuner.n_trials, min(trials_counted(study), app.tuner.n_trials), len(search.requests))
     heartbeat = None
-    if app.storage.backend is StorageBackend.journal:
+    if app.storage.backend.value == "journal":
         heartbeat = JournalHeartbeat(app.storage.url, app.storage.heartbeat_interval_s, app.storage.grace_period_s,
                                      on_stale)
-    runner = TrialRunner(app, space, supervisor, windows.search, "search", tracker, parent, on_trial_end, on_progress,
-                         heartbeat)
-    run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s)
-    replay_bar.close()
-    bar.close()
-    picked = pick(study, app)
-    validation = validate(supervisor, app, picked, windows.search, windows.validation)
-    report = write_report(app, study, picked, validation, traffic)
-    metadata = build_metadata(study=app.tuner.study_name, trial=picked.best.number,
-                              metrics=picked.best.user_attrs["metrics"], traffic_sha256=traffic.sha256,
-                              model=app.runtime.model.name)
-    paths = write_exports(out_dir, runtime=picked.best.user_attrs["runtime"], metadata=metadata, report_md=report)
-    plots = study_plots(app, study, validation, out_dir / "plots")
-    tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plots],
-                                {f"best_{k}": v for k, v in picked.best.user_attrs["metrics"].items()})
+    runner = TrialRunner(app, space, executor, search, rates, baseline, tracker, parent, console.trial_end,
+                         console.progress, heartbeat)
+    run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale)
+    console.end_trials()
+    bar = console.bar(measurements_planned(app, app.tuner.finalists), "re-measuring finalists and baseline")
+    try:
+        c = conclude(executor, app, study, search, held_out, lambda: bar.update(1))
+    except NoBaseline as e:
+        print(f"error: {e}", file=sys.stderr)
+        tracker.finish_study(parent, RunState.FAILED)
+        return 1
+    finally:
+        bar.close()
+    plot_paths = study_plots(app, study, c, out_dir / "plots")
+    inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
+                           [p.name for p in plot_paths])
+    paths = write_exports(out_dir, runtime=c.exported.config.to_dict(),
+                          metadata=export_metadata(app, study, c, traffic, hardware.summary),
+                          report_md=render_report(inputs))
+    tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plot_paths],
+                                _study_metrics(c), {"pagetune.verdict": c.verdict.headline})
     tracker.finish_study(parent)
-    print("\n".join(summary_lines(app, picked, paths)))
+    console.lines(summary_lines(c, inputs, paths, app.tracking.uri))
     return 0
+
+
+def _study_metrics(c) -> dict[str, float]:
+    metrics = {"improved": float(c.verdict.improved)}
+    value = c.proof.median(c.exported.label)
+    if value is not None:
+        metrics["exported_value"] = value
+    if c.verdict.interval is not None:
+        i = c.verdict.interval
+        metrics |= {"pick_minus_baseline": i.mean, "pick_minus_baseline_low": i.low,
+                    "pick_minus_baseline_high": i.high}
+    return metrics

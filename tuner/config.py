@@ -1,11 +1,12 @@
-"""The tuner's configuration: one frozen dataclass per `conf/` group, its Hydra schema, Optuna builders.
+"""The tuner's configuration: one frozen dataclass per `conf/` group, and its Hydra schema.
 
 Each section is declared once, below, as a frozen dataclass with a comment on every field; its
-`__post_init__` checks values with messages that name the dotted key. Hydra needs mutable
-dataclasses, so `hydra_schema` derives a mutable twin of each (same fields, types, defaults) and
-the tree is registered in the ConfigStore as `pagetune_schema` (`tuner.schema`): an unknown or mistyped key fails
-at compose with Hydra's message naming the key. `load_app_config` turns the composed DictConfig
-into these frozen dataclasses; the runtime section is validated by `runtime.config.EngineConfig`.
+`__post_init__` checks values with messages that name the dotted key. These dataclasses (and the
+runtime's `EngineConfig`) hold every default: `conf/` holds only overrides and presets. Hydra needs
+mutable dataclasses, so `hydra_schema` derives a mutable twin of each (same fields, types, defaults)
+and the tree is registered in the ConfigStore as `pagetune_schema` (`tuner.schema`): an unknown or
+mistyped key fails at compose with Hydra's message naming the key. `load_app_config` turns the
+composed DictConfig into these frozen dataclasses with the runtime's one validator (`runtime.typed`).
 
 Nothing instantiates a class named by configuration: samplers, pruners and storages are built from
 enum names by fixed tables (`tuner.optuna_setup`).
@@ -14,29 +15,25 @@ enum names by fixed tables (`tuner.optuna_setup`).
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
 import math
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from types import UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runtime.config import ConfigError, EngineConfig
+from runtime import ConfigError, EngineConfig, build_config
 from tuner.schema import hydra_schema
 
 __all__ = [
-    "CONF_DIR", "AppConfig", "LongPrompts", "ObjectiveName", "OnError", "ParamConfig", "PrunerName",
-    "QualityConfig", "ReplayConfig", "SamplerName", "SearchConfig", "SloConfig", "StorageBackend",
-    "StorageConfig", "TrackingConfig", "TrafficFormat", "TunerConfig", "TunerConfigError",
+    "CONF_DIR", "AppConfig", "BaselineName", "LongPrompts", "ObjectiveName", "OnError", "ParamConfig",
+    "PrunerName", "QualityConfig", "ReplayConfig", "ResumeMode", "SamplerName", "SearchConfig", "SloConfig",
+    "StorageBackend", "StorageConfig", "TrackingConfig", "TrafficFormat", "TunerConfig", "TunerConfigError",
     "ValidationConfig", "WhenConfig", "load_app_config",
 ]
 
@@ -52,15 +49,24 @@ class SamplerName(str, Enum):
 
 
 class PrunerName(str, Enum):
-    median = "median"
-    hyperband = "hyperband"
+    incumbent = "incumbent"  # capacity: stop a candidate that fails the SLO at the incumbent's capacity
     none = "none"
 
 
 class ObjectiveName(str, Enum):
-    goodput = "goodput"  # maximize requests/s meeting every SLO
+    capacity = "capacity"  # the highest arrival rate of the replayed window at which the SLO holds (req/s)
+    goodput = "goodput"  # requests/s meeting every SLO at the given rate, attainment as a constraint
     pareto = "pareto"  # throughput vs. p99 latency, a Pareto front
-    capacity = "capacity"  # the highest arrival-rate scale that still meets the SLO
+
+
+class BaselineName(str, Enum):
+    vllm = "vllm"  # `vllm serve`'s defaults on this device for the knobs pagetune shares with vLLM
+    runtime = "runtime"  # the composed runtime config as it is
+
+
+class ResumeMode(str, Enum):
+    auto = "auto"  # resume a study only when its fingerprint (traffic, window, model, objective...) matches
+    force = "force"  # resume whatever differs (recorded on the study)
 
 
 class StorageBackend(str, Enum):
@@ -143,43 +149,42 @@ class SloConfig:
 
 @dataclass(frozen=True)
 class TunerConfig:
-    """The Optuna study: sampler, pruner, size, objective, timeouts."""
+    """The Optuna study and how each trial measures: sampler, pruner, objective, repeats, budget."""
 
     sampler: SamplerName = SamplerName.tpe  # tpe | gp | nsga2 | random | qmc
     seed: int | None = 0  # sampler seed, for reproducible suggestions; None: a random seed
     n_startup_trials: int = 5  # tpe/gp: trials sampled at random before the model is used
     population_size: int = 16  # nsga2: trials per generation
-    pruner: PrunerName = PrunerName.median  # median | hyperband | none (pareto needs none)
-    pruner_startup_trials: int = 3  # median: complete trials before any trial is pruned
-    pruner_warmup_steps: int = 1  # median: replay checkpoints a trial runs before it may be pruned
+    pruner: PrunerName = PrunerName.incumbent  # incumbent | none (pareto and goodput never prune)
     n_trials: int = 10  # trials in the study, the baseline included; a rerun resumes up to this total
-    study_name: str = "pagetune"  # the Optuna study (and MLflow parent run); same name + storage resumes
-    objective: ObjectiveName = ObjectiveName.goodput  # goodput | pareto | capacity
+    study_name: str | None = None  # None: the traffic file's stem and the study fingerprint
+    resume: ResumeMode = ResumeMode.auto  # auto: refuse to resume a study of other traffic/settings | force
+    objective: ObjectiveName = ObjectiveName.capacity  # capacity | goodput | pareto
+    capacity_tol: float = 0.05  # capacity: bisect until the bracket is within this relative width
+    repeats: int = 3  # replays per deciding probe at most (majority); goodput/pareto: replays per trial
+    finalists: int = 3  # best candidates re-measured with the baseline after the search
+    warmup_requests: int = 32  # replayed at once and discarded before a trial measures; 0: no warm-up
     trial_timeout_s: float = 900.0  # a trial running longer fails with a timeout; the study goes on
     timeout_s: float | None = None  # start no new trial after this many seconds; None: no limit
-    capacity_steps: int = 5  # capacity: replays per trial searching the highest rate scale (x2, then bisect)
     worker_threads: int | None = 1  # torch CPU threads in the trial worker; None: torch's default
     worker_memory_gb: float | None = None  # CPU runs: address-space cap of the worker; a trial past it is an OOM
 
     def __post_init__(self) -> None:
-        for name, low in (("n_trials", 1), ("n_startup_trials", 0), ("population_size", 2),
-                          ("pruner_startup_trials", 0), ("pruner_warmup_steps", 0)):
+        for name, low in (("n_trials", 1), ("n_startup_trials", 0), ("population_size", 2), ("repeats", 1),
+                          ("finalists", 1), ("warmup_requests", 0)):
             value = getattr(self, name)
             _check(value >= low, f"tuner.{name}", f"must be >= {low}, got {value}")
-        _check(bool(self.study_name), "tuner.study_name", "must not be empty")
+        _check(self.study_name is None or bool(self.study_name), "tuner.study_name", "must not be empty")
+        _check(0.001 <= self.capacity_tol <= 1.0, "tuner.capacity_tol",
+               f"must be in [0.001, 1], got {self.capacity_tol}")
         _check(self.trial_timeout_s > 0, "tuner.trial_timeout_s", f"must be > 0, got {self.trial_timeout_s}")
         _check(self.timeout_s is None or self.timeout_s > 0, "tuner.timeout_s",
                f"must be > 0, got {self.timeout_s}")
-        _check(self.capacity_steps >= 1, "tuner.capacity_steps", f"must be >= 1, got {self.capacity_steps}")
         _check(self.worker_threads is None or self.worker_threads >= 1, "tuner.worker_threads",
                f"must be >= 1 or null, got {self.worker_threads}")
         # Finite: the worker turns it into an int of bytes for setrlimit (int(inf) would kill every worker).
         _check(self.worker_memory_gb is None or 0 < self.worker_memory_gb < math.inf, "tuner.worker_memory_gb",
                f"must be > 0 and finite, or null, got {self.worker_memory_gb}")
-        # Optuna cannot prune multi-objective studies (Trial.report raises there).
-        _check(self.objective is not ObjectiveName.pareto or self.pruner is PrunerName.none, "tuner.pruner",
-               f"pruning needs a single objective; use tuner.pruner=none with tuner.objective=pareto, "
-               f"got {self.pruner.value}")
 
     @property
     def directions(self) -> tuple[str, ...]:
@@ -249,15 +254,19 @@ class ReplayConfig:
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    """After the search, best and baseline are replayed on a window the search did not see."""
+    """After the search: the finalists and the baseline measured again, then the pick against the baseline
+    on a window the search did not see (tuner.results)."""
 
     holdout_fraction: float = 0.2  # last share of the trace (by time) kept from the search; 0: none
-    repeats: int = 3  # replays of best and of baseline on the held-out window (for the spread)
+    select_rounds: int = 3  # interleaved rounds measuring the finalists and the baseline on the search window
+    proof_rounds: int = 6  # interleaved rounds measuring the pick and the baseline on the held-out window
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.holdout_fraction < 1.0, "validation.holdout_fraction",
                f"must be in [0, 1), got {self.holdout_fraction}")
-        _check(self.repeats >= 1, "validation.repeats", f"must be >= 1, got {self.repeats}")
+        _check(self.select_rounds >= 1, "validation.select_rounds", f"must be >= 1, got {self.select_rounds}")
+        _check(self.proof_rounds >= 2, "validation.proof_rounds",
+               f"must be >= 2 (an interval needs two), got {self.proof_rounds}")
 
 
 @dataclass(frozen=True)
@@ -283,6 +292,7 @@ class AppConfig:
 
     traffic: Path  # the recorded request log (`+traffic=PATH` or `traffic=PATH`)
     traffic_format: TrafficFormat = TrafficFormat.auto  # auto: detected from content
+    baseline: BaselineName = BaselineName.vllm  # vllm: `vllm serve`'s defaults on this device | runtime
     runtime: EngineConfig = field(default_factory=EngineConfig)  # the engine config trials start from
     search: SearchConfig = field(default_factory=SearchConfig)
     slo: SloConfig = field(default_factory=SloConfig)
@@ -306,7 +316,7 @@ def load_app_config(cfg: DictConfig | Mapping[str, Any]) -> AppConfig:
     path = Path(str(traffic))
     _check(path.is_file(), "traffic", f"no such file: {path}")
     runtime = _engine_config(data.pop("runtime", {}))
-    return _build(AppConfig, {**data, "traffic": path, "runtime": runtime}, prefix="")
+    return build_config(AppConfig, {**data, "traffic": path, "runtime": runtime}, TunerConfigError)
 
 
 def _to_plain(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -331,49 +341,11 @@ def _engine_config(section: Any) -> EngineConfig:
         raise TunerConfigError(f"runtime.{message}") from None
 
 
-def _build(cls: type, data: Any, prefix: str) -> Any:
-    """Frozen dataclass `cls` from a mapping; catches keys that Hydra's `+key=` lets through."""
-    if isinstance(data, cls):
-        return data
-    _check(isinstance(data, Mapping), prefix.rstrip(".") or "config", f"expected a mapping, got {data!r}")
-    hints = get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise TunerConfigError(f"unknown key '{prefix}{key}'{hint}")
-        kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}")
-    return cls(**kwargs)
-
-
-def _coerce(hint: Any, value: Any, key: str) -> Any:
-    if get_origin(hint) in (Union, UnionType):
-        if value is None:
-            return None
-        (hint,) = [a for a in get_args(hint) if a is not type(None)]
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, f"{key}.")
-    if get_origin(hint) is None and isinstance(hint, type) and issubclass(hint, Enum):
-        try:
-            return hint(value)
-        except ValueError:
-            choices = [m.value for m in hint]
-            raise TunerConfigError(f"{key}: expected one of {choices}, got {value!r}") from None
-    if get_origin(hint) is dict and dataclasses.is_dataclass(get_args(hint)[1]):
-        _check(isinstance(value, Mapping), key, f"expected a mapping, got {value!r}")
-        return {k: _build(get_args(hint)[1], v, f"{key}.{k}.") for k, v in value.items()}
-    expected = {bool: (bool,), int: (int,), float: (int, float), str: (str,), list: (list, tuple)}.get(
-        get_origin(hint) or hint)
-    is_bool_as_number = isinstance(value, bool) and hint is not bool
-    _check(expected is None or (isinstance(value, expected) and not is_bool_as_number),
-           key, f"expected {getattr(hint, '__name__', hint)}, got {value!r}")
-    # A huge YAML integer would raise OverflowError in float().
-    _check(hint is not float or not isinstance(value, int) or abs(value) <= sys.float_info.max, key,
-           "too large for a float (|value| > 1.8e308)")
-    return float(value) if hint is float else value
+def traffic_stem(path: str | None) -> str:
+    """`${traffic_stem:${traffic}}` in conf/config.yaml: the traffic file's name without its suffixes."""
+    return Path(str(path)).name.split(".")[0] or "traffic" if path else "traffic"
 
 
 # The root of conf/config.yaml's defaults list; every group is typed through it.
 ConfigStore.instance().store(name="pagetune_schema", node=hydra_schema(AppConfig))
+OmegaConf.register_new_resolver("traffic_stem", traffic_stem, replace=True)

@@ -8,7 +8,8 @@ import optuna
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from runtime.config import EngineConfig, ModelConfig
+from runtime import EngineConfig
+from runtime.config import ModelConfig
 from tuner.config import (
     AppConfig,
     ObjectiveName,
@@ -27,7 +28,8 @@ from tuner.config import (
     ValidationConfig,
     load_app_config,
 )
-from tuner.optuna_setup import build_pruner, build_sampler, build_storage
+from tuner.search.samplers import IncumbentPruner, build_pruner, build_sampler
+from tuner.store.storage import build_storage
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def test_defaults_match_the_dataclasses(compose, traffic):
     app = load_app_config(compose(f"+traffic={traffic}"))
     assert app.traffic == traffic
     assert app.traffic_format is TrafficFormat.auto
-    assert app.runtime == EngineConfig()  # runtime/default.yaml is EngineConfig() field for field
+    assert app.runtime == EngineConfig()  # the defaults come from the dataclasses: conf/ holds none of them
     assert (app.slo, app.tuner, app.storage, app.tracking) == (SloConfig(), TunerConfig(), StorageConfig(),
                                                                 TrackingConfig())
     assert (app.replay, app.validation, app.quality) == (ReplayConfig(), ValidationConfig(), QualityConfig())
@@ -121,8 +123,8 @@ def test_mistyped_value_fails_at_compose_naming_the_key(compose, override, messa
     ("replay.time_scale=0", "replay.time_scale: must be > 0, got 0.0"),
     ("validation.holdout_fraction=1.0", "validation.holdout_fraction: must be in [0, 1), got 1.0"),
     ("tuner.n_trials=0", "tuner.n_trials: must be >= 1, got 0"),
-    ("tuner.objective=pareto", "tuner.pruner: pruning needs a single objective; use tuner.pruner=none "
-                               "with tuner.objective=pareto, got median"),
+    ("tuner.capacity_tol=0", "tuner.capacity_tol: must be in [0.001, 1], got 0.0"),
+    ("validation.proof_rounds=1", "validation.proof_rounds: must be >= 2 (an interval needs two), got 1"),
 ])
 def test_bad_value_fails_at_load_naming_the_key(compose, traffic, override, message):
     with pytest.raises(TunerConfigError) as err:
@@ -162,8 +164,7 @@ def test_build_sampler(name, cls):
 
 
 @pytest.mark.parametrize(("name", "cls"), [
-    (PrunerName.median, optuna.pruners.MedianPruner), (PrunerName.hyperband, optuna.pruners.HyperbandPruner),
-    (PrunerName.none, optuna.pruners.NopPruner),
+    (PrunerName.incumbent, IncumbentPruner), (PrunerName.none, optuna.pruners.NopPruner),
 ])
 def test_build_pruner(name, cls):
     assert type(build_pruner(TunerConfig(pruner=name))) is cls
@@ -171,7 +172,7 @@ def test_build_pruner(name, cls):
 
 def test_directions():
     assert TunerConfig().directions == ("maximize",)
-    pareto = TunerConfig(objective=ObjectiveName.pareto, pruner=PrunerName.none)
+    pareto = TunerConfig(objective=ObjectiveName.pareto)
     assert pareto.directions == ("maximize", "minimize")
 
 
@@ -181,3 +182,14 @@ def test_plain_mapping_input_and_enum_errors(traffic):
     with pytest.raises(TunerConfigError) as err:
         load_app_config({"traffic": str(traffic), "replay": {"on_error": "ignore"}})
     assert str(err.value) == "replay.on_error: expected one of ['raise', 'skip'], got 'ignore'"
+
+
+def test_conf_holds_no_copy_of_a_default():
+    """Every value written in conf/'s default groups differs from the dataclass default it overrides."""
+    import yaml
+
+    from tuner.config import CONF_DIR
+
+    for group in ("runtime/default", "tuner/default", "slo/default", "storage/sqlite", "tracking/sqlite"):
+        assert yaml.safe_load((CONF_DIR / f"{group}.yaml").read_text()) == {}, group
+    assert set(yaml.safe_load((CONF_DIR / "config.yaml").read_text())) == {"defaults", "traffic", "hydra"}

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from runtime.config import ConfigError, EngineConfig
 from tuner.config import CONF_DIR, TunerConfigError, load_app_config
-from tuner.space import SearchSpace
+from tuner.search.space import SearchSpace
 
 # Example counts, quoted in docs/RELIABILITY.md.
 ENGINE_EXAMPLES = 1000
@@ -45,8 +45,8 @@ def not_number(nullable: bool = False) -> st.SearchStrategy:
     return st.one_of(JUNK, st.booleans(), *([] if nullable else [st.none()]))
 
 
-def not_bool() -> st.SearchStrategy:
-    return st.one_of(JUNK, st.integers(), st.floats(), st.none())
+def not_bool(nullable: bool = False) -> st.SearchStrategy:
+    return st.one_of(JUNK, st.integers(), st.floats(), *([] if nullable else [st.none()]))
 
 
 def not_str() -> st.SearchStrategy:
@@ -103,7 +103,7 @@ ENGINE_BAD: dict[str, st.SearchStrategy] = {
     "kernel.split_kv_min_len": ints_below(1),
     "kernel.qk_clip": optional_numbers_outside(lambda x: x > 0),
     "kernel.pad_multiple": ints_below(1),
-    "kernel.cuda_graphs": not_bool(),
+    "kernel.cuda_graphs": not_bool(nullable=True),
     "kernel.sampler_half_topk": not_bool(),
     "device": st.one_of(TEXT.filter(lambda s: not re.fullmatch(r"auto|cpu(:\d+)?|cuda(:\d+)?", s)),
                         st.sampled_from(["cuda:x", "cpu:", "cuda:-1", "tpu", "cuda:0 "]), not_str()),
@@ -195,15 +195,17 @@ APP_BAD: dict[str, st.SearchStrategy] = {
     "tuner.seed": not_int(nullable=True),
     "tuner.n_startup_trials": ints_below(0),
     "tuner.population_size": ints_below(2),
-    "tuner.pruner": names_outside(("median", "hyperband", "none")),
-    "tuner.pruner_startup_trials": ints_below(0),
-    "tuner.pruner_warmup_steps": ints_below(0),
+    "tuner.pruner": names_outside(("incumbent", "none")),
     "tuner.n_trials": ints_below(1),
-    "tuner.study_name": st.one_of(st.just(""), not_str()),
+    "tuner.study_name": st.one_of(st.just(""), not_str().filter(lambda v: v is not None)),
+    "tuner.resume": names_outside(("auto", "force")),
     "tuner.objective": names_outside(("goodput", "pareto", "capacity")),
+    "tuner.capacity_tol": numbers_outside(lambda x: 0.001 <= x <= 1),
+    "tuner.repeats": ints_below(1),
+    "tuner.finalists": ints_below(1),
+    "tuner.warmup_requests": ints_below(0),
     "tuner.trial_timeout_s": numbers_outside(lambda x: x > 0),
     "tuner.timeout_s": optional_numbers_outside(lambda x: x > 0),
-    "tuner.capacity_steps": ints_below(1),
     "tuner.worker_threads": st.one_of(st.integers(max_value=0), not_int(nullable=True)),
     "tuner.worker_memory_gb": optional_numbers_outside(lambda x: _finite(x) and x > 0),
     "storage.backend": names_outside(("rdb", "journal")),
@@ -223,7 +225,9 @@ APP_BAD: dict[str, st.SearchStrategy] = {
     "replay.on_error": names_outside(("raise", "skip")),
     "replay.long_prompts": names_outside(("reject", "truncate")),
     "validation.holdout_fraction": numbers_outside(lambda x: 0 <= x < 1),
-    "validation.repeats": ints_below(1),
+    "validation.select_rounds": ints_below(1),
+    "validation.proof_rounds": ints_below(2),
+    "baseline": names_outside(("vllm", "runtime")),
     "quality.min_token_agreement": numbers_outside(lambda x: 0 <= x <= 1),
     "quality.max_mean_kl": numbers_outside(lambda x: x >= 0),
     "quality.probe_size": ints_below(1),

@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
 from tuner.tracking import FallbackTracker, RunState, Tracker, TrackingError
-from tuner.tracking.records import latency_csv, params_to_strings, split_metrics
+from tuner.tracking.payloads import latency_csv, params_to_strings, split_metrics
 
 CONFIG = "runtime:\n  cache:\n    block_size: 16\nstorage: postgresql://tuner:s3cret@db/optuna\n"
 MASKED_CONFIG = "runtime:\n  cache:\n    block_size: 16\nstorage: postgresql://tuner:***@db/optuna\n"

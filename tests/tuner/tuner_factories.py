@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from runtime import EngineConfig, LLMEngine, StepStats
-from tuner.config import QualityConfig, SloConfig
-from tuner.replay import RequestRecord
+from runtime import EngineConfig, LLMEngine
+from tuner.config import ObjectiveName, SloConfig
 from tuner.traffic import TrafficRequest
-from tuner.trial import TrialJob
+from tuner.trials.job import MeasurePlan, TrialJob
+from tuner.trials.replay import ReplayClock
+from tuner.trials.timeline import RequestRecord
 
 # The "tiny" preset on CPU with a small pool (~3.8k blocks of 4 tokens): engines build in ~20 ms once loaded.
 TINY: dict[str, Any] = {
@@ -28,9 +29,15 @@ def tiny_runtime(**sections: dict[str, Any]) -> dict[str, Any]:
     return runtime
 
 
-def tiny_engine(**sections: dict[str, Any]) -> LLMEngine:
-    """An engine that checks its block bookkeeping after every step."""
-    return LLMEngine(EngineConfig.from_mapping({**tiny_runtime(**sections), "debug_integrity": True}))
+def tiny_config(**sections: dict[str, Any]) -> EngineConfig:
+    return EngineConfig.from_mapping(tiny_runtime(**sections))
+
+
+def tiny_engine(**sections: dict[str, Any]) -> tuple[LLMEngine, ReplayClock]:
+    """An engine on a replay clock that checks its block bookkeeping after every step."""
+    clock = ReplayClock()
+    config = EngineConfig.from_mapping({**tiny_runtime(**sections), "debug_integrity": True})
+    return LLMEngine(config, clock=clock), clock
 
 
 def request(rid: str, arrival_s: float, prompt_len: int, output_tokens: int, first_id: int = 10) -> TrafficRequest:
@@ -45,11 +52,11 @@ def burst(n: int, prompt_len: int = 16, output_tokens: int = 4, at: float = 0.0)
     return tuple(request(f"r{i}", at, prompt_len, output_tokens, first_id=10 + i * prompt_len) for i in range(n))
 
 
-def job(runtime: dict[str, Any], traffic_key: str, *, report_every: int = 0, slo: SloConfig | None = None,
-        number: int = 0) -> TrialJob:
-    """A goodput trial of `runtime` on the traffic sent under `traffic_key`, without a quality reference."""
-    return TrialJob(number, runtime, None, traffic_key, "goodput", slo or SloConfig(), QualityConfig(),
-                    report_every=report_every)
+def job(runtime: dict[str, Any], traffic_key: str, *, slo: SloConfig | None = None, number: int = 0,
+        repeats: int = 1, warmup: int = 0) -> TrialJob:
+    """A goodput trial of `runtime` (one replay at the window's own rate) on the traffic sent under `traffic_key`."""
+    plan = MeasurePlan(ObjectiveName.goodput, slo or SloConfig(), repeats, warmup_requests=warmup)
+    return TrialJob(number, EngineConfig.from_mapping(runtime), None, traffic_key, plan)
 
 
 def record(rid: str, arrival: float, first_token: float | None, token_times: tuple[float, ...], *,
@@ -60,11 +67,3 @@ def record(rid: str, arrival: float, first_token: float | None, token_times: tup
     return RequestRecord(rid, arrival, first_scheduled if first_scheduled is not None else first_token, first_token,
                          finished, token_times, prompt_tokens, len(token_times), cached_tokens, preemptions,
                          rejected_reason)
-
-
-def step(*, batched: int, used_blocks: int, total_blocks: int, allocated_slots: int, used_slots: int,
-         time: float = 0.0) -> StepStats:
-    """One engine step's stats with the KV fields the metrics read; the queue fields zero."""
-    return StepStats(time=time, num_running=0, num_waiting=0, num_swapped=0, num_batched_tokens=batched,
-                     num_preempted=0, kv_used_blocks=used_blocks, kv_total_blocks=total_blocks, kv_cached_blocks=0,
-                     kv_allocated_slots=allocated_slots, kv_used_slots=used_slots)

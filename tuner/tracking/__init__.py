@@ -6,7 +6,7 @@ See ``tracker.py`` for the call order. Public names are re-exported here.
 from __future__ import annotations
 
 from tuner.tracking.fallback import FallbackTracker
-from tuner.tracking.records import (
+from tuner.tracking.payloads import (
     CONFIG_ARTIFACT,
     LATENCY_ARTIFACT,
     REASON_ARTIFACT,

@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tuner.tracking.records import RunState, TrialLogging, json_safe
+from tuner.tracking.payloads import RunState, TrialLogging, json_safe
 
 __all__ = ["OFFLINE_PREFIX", "FallbackTracker", "is_offline"]
 
@@ -40,6 +40,7 @@ class FallbackTracker(TrialLogging):
     def __init__(self, path: Path | str, reason: str) -> None:
         self.path = Path(path)
         self.reason = reason  # why MLflow is not used, already masked
+        self.warned = False
 
     def _append(self, event: str, payload: Mapping[str, Any]) -> None:
         line = json.dumps(json_safe({"event": event, "time": time.time(), **payload}), allow_nan=False)
@@ -70,7 +71,10 @@ class FallbackTracker(TrialLogging):
         state = RunState(state)
         self._append("trial_end", {"run_id": run_id, "metrics": dict(metrics), "state": state,
                                    "reason": reason, "latency_rows": [dict(r) for r in latency_rows]})
-        logger.warning("MLflow tracking is disabled: %s %s appended to %s", run_id, state.value, self.path)
+        if not self.warned:  # the banner once per tracker; every payload is in the file anyway
+            logger.warning("MLflow tracking is disabled: trial payloads go to %s (first: %s %s)", self.path, run_id,
+                           state.value)
+            self.warned = True
 
 
     def mark_stale_running(self, parent_run_id: str, alive_trial_numbers: Collection[int]) -> list[int]:
@@ -79,10 +83,10 @@ class FallbackTracker(TrialLogging):
                                        "alive_trial_numbers": sorted(alive_trial_numbers)})
         return []
 
-    def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path],
-                            metrics: Mapping[str, float]) -> None:
+    def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
+                            tags: Mapping[str, str] | None = None) -> None:
         self._append("study_artifacts", {"run_id": parent_run_id, "files": [str(Path(f)) for f in files],
-                                         "metrics": dict(metrics)})
+                                         "metrics": dict(metrics), "tags": dict(tags or {})})
 
     def finish_study(self, parent_run_id: str, state: RunState | str = RunState.FINISHED) -> None:
         self._append("study_finish", {"run_id": parent_run_id, "state": RunState(state)})

@@ -15,7 +15,7 @@ from mlflow.entities import LifecycleStage, Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 
 from tuner.redact import mask_text
-from tuner.tracking.records import (
+from tuner.tracking.payloads import (
     REASON_ARTIFACT,
     ROLE_STUDY,
     ROLE_TRIAL,

@@ -30,8 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tuner.redact import mask_text, mask_url
 from tuner.tracking import runs
 from tuner.tracking.fallback import FallbackTracker, is_offline
-from tuner.tracking.probe import probe
-from tuner.tracking.records import (
+from tuner.tracking.payloads import (
     CONFIG_ARTIFACT,
     LATENCY_ARTIFACT,
     ROLE_STUDY,
@@ -50,6 +49,7 @@ from tuner.tracking.records import (
     params_to_strings,
     tags_to_strings,
 )
+from tuner.tracking.probe import probe
 
 __all__ = ["Tracker"]
 
@@ -180,20 +180,22 @@ class Tracker(TrialLogging):
                 return parents[0]
             time.sleep(wait_s)
 
-    def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path],
-                            metrics: Mapping[str, float]) -> None:
-        """Attach study-level files (plots, report) and metrics (best values) to the parent run."""
+    def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
+                            tags: Mapping[str, str] | None = None) -> None:
+        """Attach study-level files (plots, report), metrics and tags (the verdict) to the parent run."""
         if is_offline(parent_run_id):
-            self._offline().log_study_artifacts(parent_run_id, files, metrics)
+            self._offline().log_study_artifacts(parent_run_id, files, metrics, tags)
             return
-        self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics),
-                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics))
+        self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics, tags or {}),
+                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags))
 
-    def _log_study_artifacts(self, parent_run_id: str, files: Sequence[Path],
-                             metrics: Mapping[str, float]) -> None:
+    def _log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
+                             tags: Mapping[str, str]) -> None:
         for path in files:
             self._client.log_artifact(parent_run_id, str(path))
         runs.log_metrics(self._client, parent_run_id, metrics)
+        if tags:
+            runs.log_tags(self._client, parent_run_id, tags_to_strings(tags))
 
     def finish_study(self, parent_run_id: str, state: RunState | str = RunState.FINISHED) -> None:
         state = RunState(state)

@@ -1,6 +1,6 @@
 """Traffic: recorded request logs in, replayable requests out.
 
-    records   TrafficRequest, TrafficLoad, SkippedLine, TrafficError, the limits
+    requests  TrafficRequest, TrafficLoad, SkippedLine, TrafficError, the limits
     reader    bounded, numbered lines of a plain or gzip file
     fields    one JSON line and its validated fields; ParsedLine, LineError
     tokens    deterministic prompt tokens (shared prefixes, byte-level text synthesis)
@@ -8,7 +8,7 @@
     formats   the registry and content-based detection
     loader    load_traffic
     select    select (window, sample, cap, time scale), split_windows (search / validation)
-    stats     length_percentiles, max_model_len_candidates
+    stats     length_percentiles, max_model_len_candidates, arrival_rate, peak_rate
     synth     synthetic traffic generator (python -m tuner.traffic.synth --help)
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tuner.traffic.formats import FORMATS
 from tuner.traffic.loader import load_traffic
-from tuner.traffic.records import (
+from tuner.traffic.requests import (
     MAX_LINE_BYTES,
     MAX_TOKENS,
     SkippedLine,
@@ -26,12 +26,14 @@ from tuner.traffic.records import (
     TrafficLoad,
     TrafficRequest,
 )
-from tuner.traffic.select import Windows, rebase, select, split_windows
+from tuner.traffic.select import ReplayWindow, Windows, rebase, select, split_windows
 from tuner.traffic.stats import (
     LengthPercentile,
     MaxLenCandidate,
+    arrival_rate,
     length_percentiles,
     max_model_len_candidates,
+    peak_rate,
 )
 from tuner.traffic.tokens import TOKEN_ID_OFFSET
 
@@ -45,14 +47,17 @@ __all__ = [
     "TOKEN_ID_OFFSET",
     "LengthPercentile",
     "MaxLenCandidate",
+    "ReplayWindow",
     "SkippedLine",
     "TrafficError",
     "TrafficLoad",
     "TrafficRequest",
     "Windows",
+    "arrival_rate",
     "length_percentiles",
     "load_traffic",
     "max_model_len_candidates",
+    "peak_rate",
     "rebase",
     "select",
     "split_windows",

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, NamedTuple
 
-from tuner.traffic.records import MAX_TOKENS
+from tuner.traffic.requests import MAX_TOKENS
 from tuner.traffic.tokens import Prompt, Segment
 
 MAX_TIMESTAMP_S = Decimal(10) ** 12  # ~31,700 years of unix time: anything larger is not a timestamp

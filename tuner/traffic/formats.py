@@ -14,7 +14,7 @@ from typing import Protocol
 from tuner.traffic import azure, mooncake, native, openai_log
 from tuner.traffic.fields import ParsedLine
 from tuner.traffic.reader import RawLine
-from tuner.traffic.records import TrafficError
+from tuner.traffic.requests import TrafficError
 
 # Detection order matters: an OpenAI log line may also carry lengths, a Mooncake line never has
 # native's fields, and native is the broadest JSON shape.

@@ -26,7 +26,7 @@ from pathlib import Path
 from tuner.traffic import formats
 from tuner.traffic.fields import LineError, ParsedLine
 from tuner.traffic.reader import RawLine, file_sha256, read_lines
-from tuner.traffic.records import MAX_LISTED_SKIPS, SkippedLine, TrafficError, TrafficLoad, TrafficRequest
+from tuner.traffic.requests import MAX_LISTED_SKIPS, SkippedLine, TrafficError, TrafficLoad, TrafficRequest
 from tuner.traffic.tokens import TOKEN_ID_OFFSET, TokenFactory, Tokenizer, prompt_length
 
 ON_ERROR = ("raise", "skip")

@@ -36,7 +36,7 @@ from tuner.traffic.fields import (
     show,
     to_ns,
 )
-from tuner.traffic.records import MAX_TOKENS
+from tuner.traffic.requests import MAX_TOKENS
 from tuner.traffic.tokens import Prompt, Segment, SyntheticPrompt, TextPrompt, TokenPrompt
 
 NAME = "native"

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from tuner.traffic import records
-from tuner.traffic.records import TrafficError
+from tuner.traffic import requests as limits
+from tuner.traffic.requests import TrafficError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
@@ -53,7 +53,7 @@ def read_lines(path: str | Path) -> Iterator[RawLine]:
 
 
 def _numbered(stream: BinaryIO, path: str) -> Iterator[RawLine]:
-    limit = records.MAX_LINE_BYTES  # read at call time so tests can lower it
+    limit = limits.MAX_LINE_BYTES  # read at call time so tests can lower it
     number = 0
     while True:
         number += 1

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
-from tuner.traffic.records import TrafficError, TrafficRequest
+from tuner.traffic.requests import TrafficError, TrafficRequest
 
 
 def select(requests: Sequence[TrafficRequest], *, start_s: float = 0.0, duration_s: float | None = None,
@@ -59,6 +59,14 @@ def _sample(requests: list[TrafficRequest], share: float, seed: int) -> list[Tra
 
 def _rank(seed: int, request_id: str) -> bytes:
     return hashlib.blake2b(f"{seed}\0{request_id}".encode(), digest_size=8).digest()
+
+
+class ReplayWindow(NamedTuple):
+    """A window as a trial replays it."""
+
+    key: str  # "search" | "validation": the name the worker keeps its requests under
+    requests: tuple[TrafficRequest, ...]  # re-based to 0.0, replay.time_scale applied
+    rate_rps: float  # its arrival rate as replayed: a trial's rate scale 1.0
 
 
 class Windows(NamedTuple):

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from tuner.traffic.records import TrafficError, TrafficRequest
+from tuner.traffic.requests import TrafficError, TrafficRequest
 
 CANDIDATE_MULTIPLE = 256
 
@@ -63,3 +63,24 @@ def max_model_len_candidates(requests: Sequence[TrafficRequest], qs: Sequence[fl
     totals = sorted(r.total_tokens for r in requests)
     limits = sorted({-(-_nearest_rank(totals, q) // multiple) * multiple for q in qs})
     return [MaxLenCandidate(limit, sum(t > limit for t in totals) / len(totals)) for limit in limits]
+
+
+def arrival_rate(requests: Sequence[TrafficRequest]) -> float:
+    """Requests per second between the first and the last arrival; inf for a window that arrives at once."""
+    if len(requests) < 2:
+        return math.inf
+    span = requests[-1].arrival_s - requests[0].arrival_s
+    return (len(requests) - 1) / span if span > 0 else math.inf
+
+
+def peak_rate(requests: Sequence[TrafficRequest], window_s: float = 60.0) -> float:
+    """The most arrivals in any `window_s` seconds, per second; the whole span's rate for a shorter trace."""
+    times = [r.arrival_s for r in requests]
+    if len(times) < 2 or times[-1] - times[0] <= window_s:
+        return arrival_rate(requests)
+    most, start = 0, 0
+    for end, t in enumerate(times):
+        while t - times[start] > window_s:
+            start += 1
+        most = max(most, end - start + 1)
+    return most / window_s

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.traffic.records import MAX_TOKENS
+from tuner.traffic.requests import MAX_TOKENS
 
 
 class SynthError(ValueError):

@@ -7,7 +7,8 @@ from unittest import mock
 import pytest
 from traffic_factories import jline, ref_stream
 
-from tuner.traffic import TrafficError, load_traffic, records
+from tuner.traffic import TrafficError, load_traffic
+from tuner.traffic import requests as records
 
 V = 1000
 GOOD = {"native": jline(timestamp=0, prompt_tokens=5, output_tokens=2),

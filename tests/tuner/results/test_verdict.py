@@ -1,0 +1,43 @@
+"""The paired interval and the verdict, with values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tuner.results.verdict import paired_interval, t_quantile, verdict
+
+
+def test_t_quantiles_from_the_table_and_the_expansion():
+    assert [t_quantile(df) for df in (1, 2, 5, 30)] == [12.706, 4.303, 2.571, 2.042]
+    assert t_quantile(60) == pytest.approx(2.0003, abs=2e-4)  # 2.000 in tables
+    assert t_quantile(1000) == pytest.approx(1.9623, abs=2e-4)
+    with pytest.raises(ValueError, match="degrees of freedom must be >= 1"):
+        t_quantile(0)
+
+
+def test_paired_interval_by_hand():
+    # Differences 2, 4, 3: mean 3, sd 1, t(0.975, 2) = 4.303: 3 +- 4.303 / sqrt(3).
+    interval = paired_interval([12.0, 14.0, 13.0, None], [10.0, 10.0, 10.0, 9.0])
+    half = 4.303 / math.sqrt(3)
+    assert interval.rounds == 3 and interval.mean == 3.0 and interval.baseline_mean == 10.0
+    assert (interval.low, interval.high) == pytest.approx((3.0 - half, 3.0 + half))
+    assert interval.relative[0] == 0.3
+    assert paired_interval([1.0, None], [1.0, 2.0]) is None  # one paired round: no interval
+
+
+def test_verdict_improved_only_when_the_interval_excludes_zero():
+    win = paired_interval([12.0, 14.0, 13.0], [10.0, 10.0, 10.0])
+    assert verdict(False, win, "req/s", "held-out").improved
+    assert verdict(False, win, "req/s", "held-out").headline == (
+        "improved: +3 req/s (+30.0%; 95% CI +0.5157 .. +5.484 req/s, +5.2% .. +54.8%)")
+    tie = paired_interval([12.0, 9.0, 10.0], [10.0, 10.0, 10.0])
+    lost = verdict(False, tie, "req/s", "held-out")
+    assert not lost.improved and lost.headline.startswith("no significant improvement: keep the baseline (pick - ")
+    assert lost.method == "paired t-interval (95%) over 3 interleaved rounds on the held-out window"
+    assert verdict(True, None, "req/s", "held-out").headline == (
+        "no improvement: the baseline measured best; keep the baseline")
+    assert not verdict(False, None, "req/s", "held-out").improved
+    lower_better = paired_interval([8.0, 7.0, 7.5], [10.0, 10.0, 10.0])
+    assert verdict(False, lower_better, "s", "held-out", higher_is_better=False).improved

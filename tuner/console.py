@@ -1,0 +1,76 @@
+"""What the user sees while a study runs: progress bars, one line per trial, the closing summary.
+Every line printed is also appended to `trials.log` in the output folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TextIO
+
+import optuna
+from tqdm.auto import tqdm
+
+from tuner.redact import mask_text
+from tuner.search.space import is_baseline
+from tuner.trials.job import TrialOutcome, TrialStatus
+
+__all__ = ["Console", "trial_line"]
+
+
+def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[str, float]) -> str:
+    knobs = ", ".join(f"{k}={v}" for k, v in trial.params.items())
+    head = f"trial {trial.number}{' (baseline)' if is_baseline(trial) else ''}"
+    if outcome.status is TrialStatus.ok and "capacity_rps" in metrics:
+        cost = f"{metrics['probes']:.0f} probes, {metrics['replays']:.0f} replays"
+        bound = " (the SLO held at every rate the window allows)" if metrics.get("saturated") else ""
+        return (f"{head}: capacity {metrics['capacity_rps']:.4g} req/s = x{metrics['capacity_x_trace']:.3g} the "
+                f"trace's rate{bound}; TTFT p99 {metrics['ttft_p99_s']:.3g} s, TPOT p99 {metrics['tpot_p99_s']:.3g} s "
+                f"there ({cost}) [{knobs}]")
+    if outcome.status is TrialStatus.ok:
+        return (f"{head}: goodput {metrics['goodput_rps']:.4g} req/s, attainment {metrics['slo_attainment']:.3f}, "
+                f"output {metrics['output_tok_s']:.4g} tok/s, E2E p99 {metrics['e2e_p99_s']:.3g} s [{knobs}]")
+    return f"{head}: {outcome.status.value.upper()}: {mask_text(outcome.reason or '')} [{knobs}]"
+
+
+class Console:
+    def __init__(self, log_path: Path) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log: TextIO = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._trials: tqdm | None = None
+        self._replay: tqdm | None = None
+
+    def line(self, text: str) -> None:
+        tqdm.write(text)
+        self._log.write(text + "\n")
+        self._log.flush()
+
+    def lines(self, texts: list[str]) -> None:
+        for text in texts:
+            self.line(text)
+
+    def start_trials(self, total: int, done: int, requests: int) -> None:
+        self._trials = tqdm(total=total, initial=done, desc="trials", unit="trial", position=0)
+        self._replay = tqdm(total=requests, desc="replay", unit="req", position=1, leave=False)
+
+    def progress(self, trial: int, probe: int, scale: float, done: int, total: int) -> None:
+        if self._replay is not None:
+            self._replay.set_description(f"trial {trial} replay {probe} at x{scale:.3g}", refresh=False)
+            self._replay.n = done
+            self._replay.refresh()
+
+    def trial_end(self, trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[str, float]) -> None:
+        if self._trials is not None:
+            self._trials.update(1)
+        self.line(trial_line(trial, outcome, metrics))
+
+    def end_trials(self) -> None:
+        for bar in (self._replay, self._trials):
+            if bar is not None:
+                bar.close()
+        self._trials = self._replay = None
+
+    def bar(self, total: int, desc: str) -> tqdm:
+        return tqdm(total=total, desc=desc, unit="measurement", leave=False)
+
+    def close(self) -> None:
+        self.end_trials()
+        self._log.close()

@@ -1,0 +1,71 @@
+"""The study's conclusion: finalists re-measured, the pick, its proof, the verdict, what to export.
+
+Every figure that the console, report.md, best.yaml and MLflow quote comes from here, so they say
+the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import optuna
+
+from tuner.config import AppConfig, ObjectiveName
+from tuner.results.finalists import BASELINE, Candidate, Remeasured, choose, remeasure
+from tuner.results.verdict import Verdict, paired_interval, verdict
+from tuner.traffic import ReplayWindow
+from tuner.trials.supervisor import Executor
+
+__all__ = ["Conclusion", "NoBaseline", "conclude", "measurements_planned", "objective_unit"]
+
+
+class NoBaseline(RuntimeError):
+    """The baseline trial did not complete: nothing to compare with."""
+
+
+class Conclusion(NamedTuple):
+    baseline: Candidate
+    finalists: list[Candidate]  # the best distinct candidates of the search (the baseline apart)
+    selection: Remeasured  # finalists and baseline, fresh interleaved rounds on the search window
+    pick: Candidate  # the best median of `selection` (may be the baseline)
+    proof: Remeasured  # pick and baseline, interleaved rounds on the proof window
+    verdict: Verdict
+    unit: str  # of every value: "req/s" (capacity, goodput) or "tok/s" (pareto's throughput)
+
+    @property
+    def exported(self) -> Candidate:
+        """What best.yaml holds: the pick when the verdict says improved, else the baseline."""
+        return self.pick if self.verdict.improved else self.baseline
+
+    @property
+    def runner_up(self) -> Candidate | None:
+        """The pick that was not exported (not significantly better than the baseline)."""
+        return None if self.verdict.improved or self.pick.label == BASELINE else self.pick
+
+
+def objective_unit(app: AppConfig) -> str:
+    return "tok/s" if app.tuner.objective is ObjectiveName.pareto else "req/s"
+
+
+def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: ReplayWindow,
+             held_out: ReplayWindow | None, on_done: Callable[[], None] = lambda: None) -> Conclusion:
+    baseline, finalists = choose(study, app)
+    if baseline is None:
+        raise NoBaseline(f"study {study.study_name}: the baseline trial did not complete; see its failure "
+                         "reason in the trial list above and in MLflow")
+    selection = remeasure(executor, app, [baseline, *finalists], search, app.validation.select_rounds, on_done)
+    medians = {c.label: selection.median(c.label) for c in [baseline, *finalists]}
+    pick = max([baseline, *finalists], key=lambda c: -1.0 if medians[c.label] is None else medians[c.label])
+    proof_window = held_out if held_out is not None else search
+    pair = [pick, baseline] if pick is not baseline else [baseline]
+    proof = remeasure(executor, app, pair, proof_window, app.validation.proof_rounds, on_done)
+    interval = paired_interval(proof.values[pick.label], proof.values[BASELINE]) if pick is not baseline else None
+    window = "held-out" if held_out is not None else "search (fresh rounds)"
+    return Conclusion(baseline, finalists, selection, pick, proof,
+                      verdict(pick is baseline, interval, objective_unit(app), window), objective_unit(app))
+
+
+def measurements_planned(app: AppConfig, finalists: int) -> int:
+    """How many measurements `conclude` makes at most (for a progress bar)."""
+    return app.validation.select_rounds * (finalists + 1) + app.validation.proof_rounds * 2

@@ -1,0 +1,108 @@
+"""After the search: measure the best few candidates and the baseline again, pick, and prove the pick.
+
+    select   the finalists (the best `tuner.finalists` distinct feasible configs) and the baseline, in
+             `validation.rounds` interleaved rounds on the search window: fresh replays, one
+             measurement of each config per round, the order rotated every round. The pick is the
+             config with the best median; the trials' own search values never decide it.
+    prove    the pick and the baseline in interleaved rounds on the held-out window (without one: fresh
+             rounds on the search window), replays that took no part in selecting the pick.
+The verdict (`tuner.results.verdict`) reads the proof rounds only.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from runtime import EngineConfig
+from tuner.config import AppConfig, ObjectiveName
+from tuner.search.objective import feasible, plan_for
+from tuner.search.space import BASELINE_ATTR, is_baseline
+from tuner.traffic import ReplayWindow
+from tuner.trials.job import Probe, TrialJob, TrialStatus
+from tuner.trials.supervisor import Executor
+
+__all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "remeasure"]
+
+BASELINE = "baseline"
+
+
+class Candidate(NamedTuple):
+    label: str  # "baseline" or "trial N"
+    trial: int  # its Optuna trial number
+    config: EngineConfig
+    search_value: float  # what the search measured (the objective's unit); a start, never a proof
+    params: dict[str, Any]  # its knob values
+
+
+class Remeasured(NamedTuple):
+    window: str  # "search" | "validation"
+    values: dict[str, list[float | None]]  # label -> one value per round (None: that measurement failed)
+    probes: dict[str, list[tuple[Probe, ...]]]  # label -> per round, its probes (capacity: for the plot)
+    rows: dict[str, tuple[dict[str, Any], ...]]  # label -> per-request latencies of its first measurement
+    failed: list[str]  # what did not complete, with reasons
+
+    def median(self, label: str) -> float | None:
+        done = [v for v in self.values[label] if v is not None]
+        return statistics.median(done) if done else None
+
+
+def choose(study: optuna.Study, app: AppConfig) -> tuple[Candidate | None, list[Candidate]]:
+    """The baseline (None if its trial did not complete) and the best distinct feasible candidates."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    base = next((t for t in trials if is_baseline(t) and feasible(t)), None)
+    ranked = sorted((t for t in trials if feasible(t) and not is_baseline(t)), key=lambda t: -t.values[0])
+    if app.tuner.objective is ObjectiveName.pareto:
+        front = {t.number for t in study.best_trials}
+        ranked.sort(key=lambda t: t.number not in front)  # the front first, by throughput within it
+    seen = {_key(base)} if base is not None else set()
+    chosen: list[Candidate] = []
+    for t in ranked:
+        if _key(t) not in seen and len(chosen) < app.tuner.finalists:
+            seen.add(_key(t))
+            chosen.append(_candidate(t, f"trial {t.number}"))
+    return (_candidate(base, BASELINE) if base is not None else None), chosen
+
+
+def _key(t: FrozenTrial) -> str:
+    return repr(sorted(t.user_attrs["runtime"].items()))
+
+
+def _candidate(t: FrozenTrial, label: str) -> Candidate:
+    params = {**t.user_attrs.get(BASELINE_ATTR, {}), **t.params}
+    return Candidate(label, t.number, EngineConfig.from_mapping(t.user_attrs["runtime"]), t.values[0], params)
+
+
+def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate], window: ReplayWindow,
+              rounds: int, on_done: Callable[[], None] = lambda: None) -> Remeasured:
+    """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round."""
+    result = Remeasured(window.key, {c.label: [] for c in candidates}, {c.label: [] for c in candidates}, {}, [])
+    for r in range(rounds):
+        for c in [*candidates[r % len(candidates):], *candidates[:r % len(candidates)]]:
+            value, probes = _measure(executor, app, c, window, r, result.failed, result.rows)
+            result.values[c.label].append(value)
+            result.probes[c.label].append(probes)
+            on_done()
+    return result
+
+
+def _measure(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int,
+             failed: list[str], rows: dict) -> tuple[float | None, tuple[Probe, ...]]:
+    """One fresh measurement; capacity starts its bracket at the candidate's search capacity (req/s)."""
+    capacity = app.tuner.objective is ObjectiveName.capacity
+    start = c.search_value / window.rate_rps if capacity and c.search_value > 0 else None
+    job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(app, start, repeats=1, checkpoint=False))
+    outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, app.tuner.trial_timeout_s)
+    if outcome.status is not TrialStatus.ok or outcome.measurement is None:
+        failed.append(f"{c.label} on the {window.key} window, round {round_ + 1}: {outcome.status.value}: "
+                      f"{outcome.reason}")
+        return None, ()
+    m = outcome.measurement
+    rows.setdefault(c.label, m.latency_rows)
+    scale = window.rate_rps if capacity else 1.0
+    probes = tuple(p._replace(scale=p.scale * scale) for p in m.probes) if capacity else m.probes
+    return m.values[0] * scale, probes

@@ -1,0 +1,157 @@
+"""`report.md`: what a serving engineer reads in a minute. The verdict and the interval first, then
+the knobs that differ, the measurements behind the verdict (medians, spreads, per round), what the
+search cost, and how to reproduce it. Deterministic for given inputs; floats rounded to what was
+measured (4 significant digits, percentages to 0.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.results.conclude import Conclusion
+from tuner.results.finalists import Remeasured
+
+__all__ = ["ReportInputs", "headline_lines", "render_report"]
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    study_name: str
+    conclusion: Conclusion
+    objective: str  # capacity | goodput | pareto
+    slo: str  # "TTFT <= 2 s, TPOT <= 0.1 s, attainment 99%"
+    traffic: str  # "sample.jsonl (native, 120 requests, sha256 3f2a...)"
+    windows: str  # "search 96 requests at 4.02 req/s; held out 24 requests at 3.8 req/s"
+    capacity_reading: Sequence[str] = ()  # lines: x trace rate, replicas at the trace's peak
+    inert: Sequence[str] = ()  # knobs not searched: no effect on this device
+    search_lines: Sequence[str] = ()  # trials run, pruned, failed; cost per trial
+    max_model_len_candidates: Sequence[tuple[int, float]] = ()  # (max_model_len, share of requests rejected)
+    reproduce_command: str = ""
+    tracking_uri: str = "sqlite:///mlflow.db"
+    notes: Sequence[str] = field(default_factory=tuple)
+    plots: Sequence[str] = ()  # file names under plots/
+
+
+def render_report(inputs: ReportInputs) -> str:
+    c = inputs.conclusion
+    parts = [_headline(inputs), _knobs(c, inputs.inert), _selection(c), _proof(c)]
+    if inputs.search_lines:
+        parts.append("## The search\n\n" + "\n".join(f"- {line}" for line in inputs.search_lines))
+    if inputs.max_model_len_candidates:
+        parts.append(_max_model_len_table(inputs.max_model_len_candidates))
+    parts.append(_commands(inputs))
+    if inputs.notes:
+        parts.append("## Notes\n\n" + "\n".join(f"- {note}" for note in inputs.notes))
+    return "\n\n".join(parts) + "\n"
+
+
+def _headline(inputs: ReportInputs) -> str:
+    return "\n".join([f"# pagetune report: study `{inputs.study_name}`", "", *headline_lines(inputs)])
+
+
+def headline_lines(inputs: ReportInputs) -> list[str]:
+    """The verdict and the figures behind it: the report's first lines and the console's closing summary."""
+    c = inputs.conclusion
+    exported = c.exported
+    value = c.proof.median(exported.label)
+    lines = [f"**Verdict: {c.verdict.headline}.**", "",
+             f"- Exported (best.yaml): **{exported.label}**"
+             + (f"; runner-up not exported: {c.runner_up.label}" if c.runner_up else ""),
+             f"- {inputs.objective.capitalize()} of the exported config on the proof window: "
+             f"{_num(value)} {c.unit} (median of {_done(c.proof, exported.label)} rounds)",
+             *[f"- {line}" for line in inputs.capacity_reading],
+             f"- Method: {c.verdict.method}; the pick was chosen on other replays (the search window).",
+             f"- SLO: {inputs.slo}", f"- Traffic: {inputs.traffic}", f"- Windows: {inputs.windows}"]
+    if value is not None and value == 0:
+        lines.append("- **The SLO is not met at any rate tried**: every request is slower than the SLO allows.")
+    return lines
+
+
+def _knobs(c: Conclusion, inert: Sequence[str]) -> str:
+    base, pick = c.baseline.params, c.pick.params
+    names = [n for n in dict.fromkeys([*pick, *base]) if _param(base, n) != _param(pick, n)]
+    rows = ["## Knobs that differ", "", f"Baseline vs the pick ({c.pick.label}).", ""]
+    if not names:
+        rows.append("None: the pick is the baseline's configuration.")
+    else:
+        rows += ["| knob | baseline | pick |", "|---|---|---|"]
+        rows += [f"| {n} | {_param(base, n)} | {_param(pick, n)} |" for n in names]
+    if inert:
+        rows += ["", f"Not searched, no effect on this device: {', '.join(inert)}."]
+    return "\n".join(rows)
+
+
+def _selection(c: Conclusion) -> str:
+    rows = ["## Selection: fresh replays of the search window", "",
+            f"Each config measured once per interleaved round; median (min..max), {c.unit}. "
+            "The search's own value is the start of each measurement, never its result.", "",
+            "| config | search value | median | min..max | rounds |", "|---|---|---|---|---|"]
+    for cand in [c.baseline, *c.finalists]:
+        rows.append(f"| {cand.label}{' (pick)' if cand.label == c.pick.label else ''} | {_num(cand.search_value)} | "
+                    f"{_num(c.selection.median(cand.label))} | {_spread(c.selection, cand.label)} | "
+                    f"{_done(c.selection, cand.label)} |")
+    return "\n".join(rows)
+
+
+def _proof(c: Conclusion) -> str:
+    labels = list(c.proof.values)
+    rows = [f"## Proof: the {c.proof.window} window", "",
+            f"Interleaved rounds, pick and baseline back to back; {c.unit}.", "",
+            "| round | " + " | ".join(labels) + (" | difference |" if len(labels) == 2 else " |"),
+            "|---|" + "---|" * (len(labels) + (len(labels) == 2))]
+    for r in range(len(c.proof.values[labels[0]])):
+        values = [c.proof.values[label][r] for label in labels]
+        cells = [_num(v) for v in values]
+        if len(labels) == 2:
+            cells.append(_num(values[0] - values[1]) if None not in values else "-")
+        rows.append(f"| {r + 1} | " + " | ".join(cells) + " |")
+    if c.verdict.interval is not None:
+        i = c.verdict.interval
+        rows += ["", f"Pick - baseline: mean {_num(i.mean)} {c.unit}, 95% CI {_num(i.low)} .. {_num(i.high)} "
+                     f"({c.verdict.method})."]
+    return "\n".join(rows)
+
+
+def _max_model_len_table(candidates: Sequence[tuple[int, float]]) -> str:
+    rows = ["## max_model_len candidates", "",
+            "From the traffic's prompt + output lengths (every request of the log): longer requests are rejected.",
+            "", "| max_model_len | requests rejected |", "|---|---|"]
+    rows += [f"| {length} | {share:.2%} |" for length, share in candidates]
+    return "\n".join(rows)
+
+
+def _commands(inputs: ReportInputs) -> str:
+    lines = ["## Reproduce and review", "", "```"]
+    if inputs.reproduce_command:
+        lines.append(inputs.reproduce_command)
+    lines += [f"mlflow ui --backend-store-uri {inputs.tracking_uri}", "```"]
+    if inputs.plots:
+        lines += ["", "Plots: " + ", ".join(f"`plots/{p}`" for p in inputs.plots)]
+    return "\n".join(lines)
+
+
+# --- formatting -----------------------------------------------------------------------------------
+
+def _done(m: Remeasured, label: str) -> int:
+    return sum(v is not None for v in m.values[label])
+
+
+def _spread(m: Remeasured, label: str) -> str:
+    done = [v for v in m.values[label] if v is not None]
+    return f"{_num(min(done))}..{_num(max(done))}" if done else "-"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _param(params: Mapping[str, Any], name: str) -> str:
+    if name not in params:
+        return "-"  # inactive in this config (a conditional knob)
+    value = params[name]
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return _num(value) if isinstance(value, float) else str(value)
+

@@ -1,0 +1,137 @@
+"""What a finished study leaves behind, from its conclusion: the report's inputs, the study plots, the
+console's closing summary (the report's headline, word for word), and best.yaml's metadata."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.config import AppConfig, ObjectiveName
+from tuner.redact import mask_text, mask_url
+from tuner.results import plots
+from tuner.results.conclude import Conclusion
+from tuner.results.export import ExportPaths, provenance
+from tuner.results.finalists import BASELINE
+from tuner.results.report import ReportInputs, headline_lines
+from tuner.search.objective import Rates
+from tuner.traffic import ReplayWindow, TrafficLoad, max_model_len_candidates
+
+__all__ = ["export_metadata", "report_inputs", "study_plots", "summary_lines"]
+
+
+def _slo(app: AppConfig) -> str:
+    bounds = [f"TTFT <= {app.slo.ttft_s:g} s", f"TPOT <= {app.slo.tpot_s:g} s"]
+    if app.slo.e2e_s is not None:
+        bounds.append(f"E2E <= {app.slo.e2e_s:g} s")
+    return ", ".join(bounds) + f", attainment {app.slo.attainment:.1%}"
+
+
+def _windows(search: ReplayWindow, held_out: ReplayWindow | None) -> str:
+    text = f"search {len(search.requests)} requests at {search.rate_rps:.4g} req/s"
+    if held_out is not None:
+        text += f"; held out {len(held_out.requests)} requests at {held_out.rate_rps:.4g} req/s"
+    return text + " (as replayed)"
+
+
+def capacity_reading(app: AppConfig, c: Conclusion, rates: Rates) -> list[str]:
+    """The exported capacity as x the trace's recorded rate and replicas at its peak (search window units)."""
+    value = c.selection.median(c.exported.label)
+    if app.tuner.objective is not ObjectiveName.capacity or not value:
+        return []
+    reading = rates.capacity(value / rates.window_rps)
+    return [f"On the search window: {value:.4g} req/s = {reading['capacity_x_trace']:.3g}x the trace's recorded "
+            f"rate; the trace's peak ({rates.peak_rps:.4g} req/s over 60 s) needs "
+            f"{reading['replicas_at_peak']:.0f} replica(s)"]
+
+
+def _search_lines(study: optuna.Study) -> list[str]:
+    trials = study.get_trials(deepcopy=False)
+    states = {s: sum(t.state is s for t in trials) for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+    lines = [f"{len(trials)} trials: {states[TrialState.COMPLETE]} measured, {states[TrialState.PRUNED]} stopped "
+             f"at the incumbent's capacity, {states[TrialState.FAIL]} failed"]
+    cost = [t.duration.total_seconds() for t in trials if t.duration is not None]
+    if cost:
+        lines.append(f"wall time per trial: median {statistics.median(cost):.1f} s, max {max(cost):.1f} s")
+    setups = [t.user_attrs["setup_s"] for t in trials if "setup_s" in t.user_attrs]
+    if setups:
+        reused = sum(bool(t.user_attrs.get("model_reused")) for t in trials)
+        lines.append(f"per-trial overhead (engine build; model load when not reused): median "
+                     f"{statistics.median(setups):.2f} s, max {max(setups):.2f} s; weights reused in {reused} trials")
+    return lines
+
+
+def _notes(study: optuna.Study, c: Conclusion, traffic: TrafficLoad) -> list[str]:
+    notes = [f"trial {t.number}: {t.user_attrs.get('status', t.state.name.lower())}: "
+             f"{mask_text(str(t.user_attrs.get('reason')))}"
+             for t in study.get_trials(deepcopy=False)
+             if t.state is TrialState.FAIL or t.user_attrs.get("status") not in (None, "ok")]
+    notes += [f"re-measurement failed: {f}" for f in (*c.selection.failed, *c.proof.failed)]
+    if traffic.skipped_count or traffic.rejected_too_long or traffic.truncated:
+        notes.append(f"traffic: {traffic.skipped_count} lines skipped, {traffic.rejected_too_long} requests "
+                     f"rejected as too long, {traffic.truncated} truncated")
+    return notes
+
+
+def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad, rates: Rates,
+                  windows: tuple[ReplayWindow, ReplayWindow | None], inert: Sequence[str],
+                  plot_names: Sequence[str]) -> ReportInputs:
+    return ReportInputs(
+        study_name=study.study_name, conclusion=c, objective=app.tuner.objective.value, slo=_slo(app),
+        traffic=f"{Path(traffic.path).name} ({traffic.format}, {len(traffic.requests)} requests, "
+                f"sha256 {traffic.sha256[:12]})",
+        windows=_windows(*windows), capacity_reading=capacity_reading(app, c, rates), inert=inert,
+        search_lines=_search_lines(study),
+        max_model_len_candidates=[(m.max_model_len, m.rejected_share)
+                                  for m in max_model_len_candidates(traffic.requests)],
+        reproduce_command=mask_text("python -m tuner " + " ".join(sys.argv[1:])),
+        tracking_uri=mask_url(app.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names)
+
+
+def study_plots(app: AppConfig, study: optuna.Study, c: Conclusion, folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    label = plots.objective_label(app.tuner.objective.value)
+    made = [plots.optimization_history(study, folder / "optimization_history.png", label),
+            plots.param_importances(study, folder / "param_importances.png")]
+    if app.tuner.objective is ObjectiveName.pareto:
+        made.append(plots.pareto_front(study, folder / "pareto_front.png", label))
+    if app.tuner.objective is ObjectiveName.capacity:
+        curves = {name: c.proof.probes[lbl] for name, lbl in (("baseline", BASELINE), ("pick", c.pick.label))
+                  if lbl in c.proof.probes}
+        made.append(plots.capacity_curve(curves, app.slo.attainment, folder / "capacity.png"))
+    made.append(plots.latency_cdf(_latencies(c.proof.rows.get(c.pick.label, ())),
+                                  _latencies(c.proof.rows.get(BASELINE, ())), folder / "latency_cdf.png"))
+    return made
+
+
+def _latencies(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    return {k: [r[f"{k}_s"] for r in rows if r[f"{k}_s"] is not None] for k in ("ttft", "tpot")}
+
+
+def summary_lines(c: Conclusion, report: ReportInputs, paths: ExportPaths, tracking_uri: str) -> list[str]:
+    """The console's closing summary: the report's headline, then where everything is."""
+    headline = [line.removeprefix("- ").replace("**", "") for line in headline_lines(report) if line]
+    return ["", *headline, f"best.yaml:  {paths.best}", f"vllm.yaml:  {paths.vllm}", f"report.md:  {paths.report}",
+            f"review:     mlflow ui --backend-store-uri {mask_url(tracking_uri)}"]
+
+
+def export_metadata(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad,
+                    hardware: str) -> dict[str, Any]:
+    """best.yaml's provenance: the verdict and its interval, and the runner-up beside it."""
+    interval = c.verdict.interval
+    meta = {"study": study.study_name, "trial": c.exported.trial, "config": c.exported.label,
+            "verdict": c.verdict.headline, "method": c.verdict.method,
+            "value": c.proof.median(c.exported.label), "unit": c.unit, "objective": app.tuner.objective.value,
+            "traffic_sha256": traffic.sha256, "model": app.runtime.model.name, "hardware": hardware,
+            "baseline": app.baseline.value, **provenance()}
+    if interval is not None:
+        meta["interval"] = {"mean": interval.mean, "low": interval.low, "high": interval.high,
+                            "rounds": interval.rounds}
+    if c.runner_up is not None:
+        meta["runner_up"] = {"trial": c.runner_up.trial, "runtime": c.runner_up.config.to_dict()}
+    return meta

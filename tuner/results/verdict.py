@@ -1,0 +1,87 @@
+"""Best minus baseline with a confidence interval, and the verdict that follows from it.
+
+Method: a paired t-interval. Each interleaved round measured the pick and the baseline back to back
+on the proof window (the held-out one: replays that did not select the pick); the differences of
+the rounds are the sample. The interval is mean(d) +- t(0.975, k-1) * sd(d) / sqrt(k), 95%
+two-sided. "improved" only when the whole interval lies in the pick's favour; otherwise "no
+significant improvement: keep the baseline", and the pick is recorded as the runner-up.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import NamedTuple
+
+__all__ = ["CONFIDENCE", "Interval", "Verdict", "paired_interval", "t_quantile", "verdict"]
+
+CONFIDENCE = 0.95
+# t(0.975, df) for df = 1..30; beyond, the Cornish-Fisher expansion (error < 1e-4).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+_Z975 = 1.959964
+
+
+def t_quantile(df: int) -> float:
+    """The 97.5% quantile of Student's t with `df` degrees of freedom."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+class Interval(NamedTuple):
+    """pick - baseline over paired rounds, in the objective's unit."""
+
+    mean: float
+    low: float
+    high: float
+    rounds: int  # paired rounds used
+    baseline_mean: float  # for the relative reading
+
+    @property
+    def relative(self) -> tuple[float, float, float]:
+        """(mean, low, high) as fractions of the baseline's mean."""
+        base = self.baseline_mean or math.nan
+        return self.mean / base, self.low / base, self.high / base
+
+
+def paired_interval(pick: Sequence[float | None], baseline: Sequence[float | None]) -> Interval | None:
+    """The 95% paired t-interval of pick - baseline over rounds where both were measured; None under 2."""
+    pairs = [(p, b) for p, b in zip(pick, baseline) if p is not None and b is not None]
+    if len(pairs) < 2:
+        return None
+    diffs = [p - b for p, b in pairs]
+    mean = statistics.fmean(diffs)
+    half = t_quantile(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return Interval(mean, mean - half, mean + half, len(diffs), statistics.fmean(b for _, b in pairs))
+
+
+class Verdict(NamedTuple):
+    improved: bool
+    headline: str  # one line, the same in the console, report.md, best.yaml and MLflow
+    interval: Interval | None  # pick - baseline on the proof window
+    method: str
+
+
+def verdict(pick_is_baseline: bool, interval: Interval | None, unit: str, window: str,
+            higher_is_better: bool = True) -> Verdict:
+    """The study's verdict from the proof window's interval."""
+    method = (f"paired t-interval ({CONFIDENCE:.0%}) over {interval.rounds if interval else 0} interleaved "
+              f"rounds on the {window} window")
+    if pick_is_baseline:
+        return Verdict(False, "no improvement: the baseline measured best; keep the baseline", interval, method)
+    if interval is None:
+        return Verdict(False, "no significant improvement: keep the baseline (fewer than 2 paired rounds "
+                       "measured on the proof window)", None, method)
+    favourable = interval.low > 0 if higher_is_better else interval.high < 0
+    rel, low, high = interval.relative
+    text = (f"{interval.mean:+.4g} {unit} ({rel:+.1%}; 95% CI {interval.low:+.4g} .. {interval.high:+.4g} {unit}, "
+            f"{low:+.1%} .. {high:+.1%})")
+    if favourable:
+        return Verdict(True, f"improved: {text}", interval, method)
+    return Verdict(False, f"no significant improvement: keep the baseline (pick - baseline {text})", interval, method)

@@ -1,0 +1,182 @@
+"""The Optuna objective: one trial's config measured in the worker, recorded in Optuna and MLflow.
+
+Per trial: knob values -> `EngineConfig` (the baseline trial runs the baseline config) -> a
+`TrialJob` whose plan starts the capacity search at the incumbent's capacity -> the executor ->
+constraints, user attrs, the MLflow child run -> the objective value(s), a pruned trial, or a
+failure with its reason.
+
+Values are in the units people read: capacity in req/s of the replayed window (its rate scale x
+its arrival rate), goodput in req/s, Pareto (output tok/s, p99 E2E s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import optuna
+import yaml
+from optuna.trial import TrialState
+
+from runtime import EngineConfig
+from tuner.config import AppConfig, ObjectiveName, PrunerName
+from tuner.search.samplers import CHECKPOINT_STEP, INCUMBENT_ATTR
+from tuner.search.space import SearchSpace, is_baseline
+from tuner.search.study import TrialFailed
+from tuner.store.heartbeat import JournalHeartbeat
+from tuner.tracking import RunState
+from tuner.traffic import ReplayWindow
+from tuner.trials.job import MeasurePlan, Probe, TrialJob, TrialOutcome, TrialStatus
+from tuner.trials.supervisor import Executor
+
+__all__ = ["FAILED", "Rates", "TrialRunner", "feasible", "plan_for", "trial_metrics"]
+
+FAILED = (TrialStatus.error, TrialStatus.oom, TrialStatus.timeout, TrialStatus.died)
+
+
+class Rates(NamedTuple):
+    """How a rate scale reads for the search window and for the trace."""
+
+    window_rps: float  # the window's arrival rate as replayed: scale 1.0
+    recorded_rps: float  # the same window's rate as logged (replay.time_scale undone)
+    peak_rps: float  # the trace's peak arrival rate over 60 s, as logged
+
+    def capacity(self, scale: float) -> dict[str, float]:
+        rps = scale * self.window_rps
+        return {"capacity_rps": rps, "capacity_scale": scale, "capacity_x_trace": rps / self.recorded_rps,
+                "replicas_at_peak": float(math.ceil(self.peak_rps / rps)) if rps > 0 else math.inf}
+
+
+def plan_for(app: AppConfig, start_scale: float | None, *, repeats: int, checkpoint: bool) -> MeasurePlan:
+    """A trial's measurement plan: with a start (the incumbent's or the config's own capacity) the
+    bracket steps finely around it; without one it starts at the window's own rate, doubling."""
+    first_step = 2.0 if start_scale is None else 1.0 + 4 * app.tuner.capacity_tol
+    return MeasurePlan(app.tuner.objective, app.slo, repeats, start_scale or 1.0, first_step, app.tuner.capacity_tol,
+                       checkpoint and start_scale is not None, app.tuner.warmup_requests)
+
+
+def trial_metrics(app: AppConfig, outcome: TrialOutcome, rates: Rates) -> dict[str, float]:
+    """The metrics a trial records: the measurement's, capacity in req/s; `partial_` when it was stopped."""
+    if outcome.measurement is None:
+        return {}
+    metrics = dict(outcome.measurement.metrics)
+    if app.tuner.objective is ObjectiveName.capacity:
+        metrics |= rates.capacity(outcome.measurement.values[0])
+        metrics["saturated"] = float(outcome.measurement.saturated)
+    if outcome.quality is not None:
+        metrics |= {"quality_token_agreement": outcome.quality.token_agreement,
+                    "quality_mean_kl": outcome.quality.mean_kl}
+    if outcome.status is not TrialStatus.ok:
+        return {f"partial_{k}": v for k, v in metrics.items()}
+    return metrics
+
+
+def feasible(t: optuna.trial.FrozenTrial) -> bool:
+    ok = t.state is TrialState.COMPLETE and t.user_attrs.get("status") == TrialStatus.ok.value
+    return ok and all(c <= 0 for c in t.constraints.values())
+
+
+@dataclass
+class TrialRunner:
+    """The Optuna objective: one trial in the executor, recorded in Optuna and MLflow."""
+
+    app: AppConfig
+    space: SearchSpace
+    executor: Executor
+    window: ReplayWindow
+    rates: Rates
+    baseline: EngineConfig  # what the baseline trial runs
+    tracker: Any  # Tracker | FallbackTracker
+    parent_run_id: str
+    on_trial_end: Callable[[optuna.trial.Trial, TrialOutcome, dict[str, float]], None] | None = None
+    on_progress: Callable[[int, int, float, int, int], None] | None = None  # (trial, probe, scale, done, total)
+    heartbeat: JournalHeartbeat | None = None  # journal storage only: RDB storage beats by itself
+
+    def fail_stale(self, study: optuna.Study) -> None:
+        """Fail (and re-queue) trials whose worker died; RDB storage does it through its heartbeats."""
+        if self.heartbeat is not None:
+            self.heartbeat.fail_stale(study, None)
+        else:
+            optuna.storages.fail_stale_trials(study)
+
+    def __call__(self, trial: optuna.trial.Trial) -> list[float]:
+        if self.heartbeat is not None:
+            self.heartbeat.fail_stale(trial.study, running=trial.number)
+        values = self.space.suggest(trial, self.app.runtime)
+        config = self.baseline if is_baseline(trial) else self.space.apply(self.app.runtime, values)
+        incumbent = self._incumbent(trial.study)
+        trial.set_user_attr(INCUMBENT_ATTR, incumbent)
+        start = None if incumbent is None else incumbent / self.rates.window_rps
+        checkpoint = self.app.tuner.pruner is PrunerName.incumbent
+        job = TrialJob(trial.number, config, self.app.quality if config.changes_numerics else None, self.window.key,
+                       plan_for(self.app, start, repeats=self.app.tuner.repeats, checkpoint=checkpoint))
+        config_yaml = yaml.safe_dump({"runtime": config.to_dict(), "knobs": values}, sort_keys=False)
+        run_id = self.tracker.begin_trial(self.parent_run_id, trial.number, values, config_yaml,
+                                          {"pagetune.baseline": str(is_baseline(trial)).lower()})
+        beating = self.heartbeat.beating(trial) if self.heartbeat else contextlib.nullcontext()
+        with beating:
+            outcome = self.executor.run(job, self.window.requests, lambda *p: self._progress(trial, *p),
+                                        lambda probe: self._checkpoint(trial, probe, incumbent),
+                                        self.app.tuner.trial_timeout_s)
+        metrics = trial_metrics(self.app, outcome, self.rates)
+        self._record(trial, outcome, config, metrics)
+        self.tracker.end_trial(run_id, metrics, _run_state(outcome.status), outcome.reason,
+                               list(outcome.measurement.latency_rows) if outcome.measurement else [])
+        if self.on_trial_end:
+            self.on_trial_end(trial, outcome, metrics)
+        if outcome.status in FAILED:
+            raise TrialFailed(f"trial {trial.number} {outcome.status.value}: {outcome.reason}")
+        if outcome.status is TrialStatus.pruned:
+            raise optuna.TrialPruned(outcome.reason)
+        return self._values(outcome)
+
+    def _incumbent(self, study: optuna.Study) -> float | None:
+        """The best feasible capacity so far (req/s): where a capacity trial's search starts."""
+        if self.app.tuner.objective is not ObjectiveName.capacity:
+            return None
+        done = [t.values[0] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if feasible(t) and t.values and t.values[0] > 0]
+        return max(done, default=None)
+
+    def _values(self, outcome: TrialOutcome) -> list[float]:
+        values = list(outcome.measurement.values)
+        if self.app.tuner.objective is ObjectiveName.capacity:
+            values = [values[0] * self.rates.window_rps]
+        return values
+
+    def _progress(self, trial: optuna.trial.Trial, probe: int, scale: float, done: int, total: int) -> None:
+        if self.on_progress is not None:
+            self.on_progress(trial.number, probe, scale, done, total)
+
+    def _checkpoint(self, trial: optuna.trial.Trial, probe: Probe, incumbent: float | None) -> bool:
+        """Report the probe at the incumbent's capacity as an estimate of this trial's: below it when it failed."""
+        if incumbent is None:
+            return True
+        attainment = probe.median("slo_attainment")
+        estimate = incumbent if probe.passed else incumbent * attainment / self.app.slo.attainment
+        trial.report(estimate, CHECKPOINT_STEP)
+        return not trial.should_prune()
+
+    def _record(self, trial: optuna.trial.Trial, outcome: TrialOutcome, config: EngineConfig,
+                metrics: dict[str, float]) -> None:
+        """Constraints (feasible when <= 0) and user attrs: the results read them back from the storage."""
+        cannot_start = outcome.status is TrialStatus.infeasible and outcome.quality is None
+        trial.set_constraint("memory", 1.0 if cannot_start else -1.0)  # e.g. too little memory for the config
+        trial.set_constraint("quality", outcome.quality.violation(self.app.quality) if outcome.quality else -1.0)
+        if self.app.tuner.objective is ObjectiveName.goodput and outcome.measurement is not None:
+            trial.set_constraint("slo", self.app.slo.attainment - outcome.measurement.metrics["slo_attainment"])
+        trial.set_user_attr("runtime", config.to_dict())
+        trial.set_user_attr("status", outcome.status.value)
+        trial.set_user_attr("reason", outcome.reason)
+        trial.set_user_attr("metrics", {k: v for k, v in metrics.items() if v == v and abs(v) != math.inf})
+        trial.set_user_attr("setup_s", outcome.setup_s)
+        trial.set_user_attr("model_reused", outcome.model_reused)
+
+
+def _run_state(status: TrialStatus) -> RunState:
+    if status in FAILED:
+        return RunState.FAILED
+    return RunState.KILLED if status is TrialStatus.pruned else RunState.FINISHED

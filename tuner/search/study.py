@@ -1,0 +1,68 @@
+"""The Optuna study: open or resume it (bound to its identity), run trials until the budget is used.
+
+Call order (one `python -m tuner` process; several may share a study through its storage):
+    open_study      create or resume the study under its name; check its fingerprint; enqueue the
+                    baseline once (under the store lock)
+    run_search      trials until the study holds `tuner.n_trials` (all workers together)
+A failed trial never stops the study (`TrialFailed` is caught by Optuna and recorded as FAIL).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.config import AppConfig
+from tuner.search.identity import StudyIdentity
+from tuner.search.samplers import build_pruner, build_sampler
+from tuner.search.space import SearchSpace
+from tuner.store.locking import store_lock
+from tuner.store.storage import build_storage
+
+log = logging.getLogger("pagetune")
+
+__all__ = ["TrialFailed", "open_study", "run_search", "trials_counted"]
+
+
+class TrialFailed(Exception):
+    """A trial ended without a measurement; Optuna records it as FAIL and the study goes on."""
+
+
+def open_study(app: AppConfig, identity: StudyIdentity, space: SearchSpace, baseline_values: Mapping[str, Any],
+               on_stale: Callable | None = None) -> optuna.Study:
+    """Create or load the study, check what it measures, and enqueue its baseline once. Under the store
+    lock: workers starting together on a fresh database would otherwise race on the tables and the baseline."""
+    with store_lock(app.storage.url, f"open:{identity.name}"):
+        study = optuna.create_study(
+            study_name=identity.name, storage=build_storage(app.storage, on_stale),
+            sampler=build_sampler(app.tuner), pruner=build_pruner(app.tuner), directions=list(app.tuner.directions),
+            load_if_exists=True)
+        identity.bind(study, app.tuner.resume)
+        space.enqueue_baseline(study, baseline_values)
+    return study
+
+
+def trials_counted(study: optuna.Study) -> int:
+    """Trials that use the budget: all but the queued ones and the stale ones that were re-queued."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
+    return sum(t.state is not TrialState.WAITING and t.number not in retried for t in trials)
+
+
+def run_search(study: optuna.Study, objective: Callable[[optuna.trial.Trial], Any], n_trials: int,
+               timeout_s: float | None, fail_stale: Callable[[optuna.Study], None]) -> None:
+    """Run trials until the study holds `n_trials` (a resumed study continues to that total)."""
+    def stop_at_budget(study: optuna.Study, _trial: FrozenTrial) -> None:
+        if trials_counted(study) >= n_trials:
+            study.stop()
+
+    fail_stale(study)  # a killed run's trial is failed and re-queued before the budget is counted
+    if trials_counted(study) >= n_trials:
+        log.info("study %s already holds %d trials: nothing to run", study.study_name, trials_counted(study))
+        return
+    study.optimize(objective, callbacks=[stop_at_budget], catch=(TrialFailed,), timeout=timeout_s,
+                   gc_after_trial=False)

@@ -1,0 +1,122 @@
+"""A trial's measurement, as an instrument takes it: probes repeated where they decide, a capacity
+bracketed then bisected, medians kept with their spread. Pure: it calls `replay(scale)` for each
+measured replay, so a real engine, a simulator or a test double with a known capacity plug in alike.
+
+A probe replays the whole window at one rate scale. Its verdict is the majority of up to
+`plan.repeats` replays (it stops as soon as the majority is reached); a first replay that is
+decisive (see `metrics.summarize`) decides alone.
+
+Capacity (the default objective): the highest rate scale whose probe passes.
+
+    scale   0 ... lower --------- upper ...           bracket: from start_scale, x first_step, then
+            pass   pass |  bisect  | fail   fail          squared each step, until one passes and one fails
+                        `--- <= 1 + tol ---'            bisect (geometric mean) to the tolerance
+
+With `plan.checkpoint` the first probe (at the incumbent's capacity) is reported to `checkpoint`,
+which may stop the trial there: it is the only early stop, and it comes after a whole probe.
+A window whose every request can arrive at once and still meet the SLO cannot show a capacity:
+bracketing stops at MAX_SCALE (or when the scaled window is shorter than MIN_SPAN_S) and the
+measurement is marked saturated.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+
+from tuner.config import ObjectiveName
+from tuner.trials.job import Measurement, MeasurePlan, Probe, ReplaySummary
+
+__all__ = ["MAX_SCALE", "MIN_SCALE", "MIN_SPAN_S", "Checkpoint", "Replayer", "measure", "probe"]
+
+Replayer = Callable[[float], ReplaySummary]  # one measured replay of the window at a rate scale
+Checkpoint = Callable[[Probe], bool]  # the first capacity probe -> keep going?
+
+MAX_SCALE = 1e4  # x the window's rate: beyond this the window is one burst
+MIN_SCALE = 1e-3  # below this the SLO is not met by a lone request: capacity 0
+MIN_SPAN_S = 1e-3  # a window scaled shorter than this arrives at once: higher scales are the same replay
+HEADLINE = ("goodput_rps", "slo_attainment", "throughput_rps", "output_tok_s", "ttft_p50_s", "ttft_p99_s",
+            "tpot_p50_s", "tpot_p99_s", "e2e_p99_s", "itl_p99_s", "kv_util_mean", "kv_util_peak",
+            "kv_waste_mean", "prefix_hit_rate", "preemptions", "rejections", "peak_memory_gb", "slo_load")
+
+
+def probe(replay: Replayer, scale: float, repeats: int) -> Probe:
+    """Replays at `scale` until the majority of `repeats` agrees, or a decisive first replay."""
+    replays: list[ReplaySummary] = []
+    majority = repeats // 2 + 1
+    while len(replays) < repeats:
+        replays.append(replay(scale))
+        if len(replays) == 1 and replays[0].decisive:
+            break
+        passes = sum(r.passed for r in replays)
+        if passes >= majority or len(replays) - passes >= majority:
+            break
+    passes = sum(r.passed for r in replays)
+    return Probe(scale, tuple(replays), passes > len(replays) - passes)
+
+
+def measure(replay: Replayer, plan: MeasurePlan, span_s: float,
+            checkpoint: Checkpoint | None = None) -> tuple[Measurement, Probe | None]:
+    """The trial's measurement, and the checkpoint probe when the checkpoint stopped it (else None)."""
+    if plan.objective is ObjectiveName.capacity:
+        return _capacity(replay, plan, span_s, checkpoint)
+    fixed = [replay(1.0) for _ in range(plan.repeats)]  # at the given rate: every repeat, medians
+    point = Probe(1.0, tuple(fixed), statistics.median(r.metrics["slo_attainment"] for r in fixed)
+                  >= plan.slo.attainment)
+    if plan.objective is ObjectiveName.pareto:
+        values = (point.median("output_tok_s"), point.median("e2e_p99_s"))
+    else:
+        values = (point.median("goodput_rps"),)
+    return Measurement(values, (_lean(point),), _headline(point, (point,)), point.replays[0].rows), None
+
+
+def _capacity(replay: Replayer, plan: MeasurePlan, span_s: float,
+              checkpoint: Checkpoint | None) -> tuple[Measurement, Probe | None]:
+    probes: list[Probe] = []
+
+    def run(scale: float) -> Probe:
+        probes.append(probe(replay, scale, plan.repeats))
+        return probes[-1]
+
+    first = run(plan.start_scale)
+    if plan.checkpoint and checkpoint is not None and not checkpoint(first):
+        return _result(probes, None, first.scale, saturated=False), first
+    lower, upper = (first, None) if first.passed else (None, first)
+    step = plan.first_step
+    max_scale = min(MAX_SCALE, span_s / MIN_SPAN_S) if span_s > 0 else MAX_SCALE
+    while upper is None and lower.scale < max_scale:  # bracket upwards
+        p = run(min(lower.scale * step, max_scale))
+        lower, upper = (p, None) if p.passed else (lower, p)
+        step *= step
+    while lower is None and upper.scale > MIN_SCALE:  # bracket downwards
+        p = run(max(upper.scale / step, MIN_SCALE))
+        lower, upper = (p, upper) if p.passed else (None, p)
+        step *= step
+    while lower is not None and upper is not None and upper.scale / lower.scale > 1 + plan.tol:
+        p = run(math.sqrt(lower.scale * upper.scale))
+        lower, upper = (p, upper) if p.passed else (lower, p)
+    return _result(probes, lower, upper.scale if upper else None, saturated=upper is None), None
+
+
+def _result(probes: list[Probe], lower: Probe | None, upper_scale: float | None, saturated: bool) -> Measurement:
+    point = lower if lower is not None else probes[-1]
+    metrics = _headline(point, probes)
+    metrics["capacity_upper_scale"] = upper_scale if upper_scale is not None else math.inf
+    scale = lower.scale if lower is not None else 0.0
+    return Measurement((scale,), tuple(map(_lean, probes)), metrics, point.replays[0].rows, saturated)
+
+
+def _headline(point: Probe, probes: list[Probe] | tuple[Probe, ...]) -> dict[str, float]:
+    """Medians over the deciding probe's replays, its attainment spread, and what the measurement cost."""
+    metrics = {name: point.median(name) for name in HEADLINE if name in point.replays[0].metrics}
+    attainment = [r.metrics["slo_attainment"] for r in point.replays]
+    metrics |= {"slo_attainment_min": min(attainment), "slo_attainment_max": max(attainment),
+                "probes": float(len(probes)), "replays": float(sum(len(p.replays) for p in probes)),
+                "replay_busy_s": sum(r.metrics.get("busy_s", 0.0) for p in probes for r in p.replays)}
+    return metrics
+
+
+def _lean(p: Probe) -> Probe:
+    """The probe without per-request rows: the measurement keeps one replay's rows, not every one's."""
+    return p._replace(replays=tuple(r._replace(rows=()) for r in p.replays))

@@ -1,0 +1,120 @@
+"""One trial, as the worker process runs it: the engine on cached weights, the quality guardrail, a
+warm-up, then the measurement (`tuner.trials.measure`) replaying through that one engine.
+
+One engine per trial: every replay resets it (same weights, same KV pool), so no probe ever holds a
+second pool. Every way a trial can end is a `TrialStatus` with a reason; nothing here lets an
+exception escape.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Protocol
+
+import torch
+
+from runtime import ConfigError, LLMEngine, WeightCache, peak_memory_gb, reset_peak_memory
+from tuner.traffic import TrafficRequest, rebase
+from tuner.trials.job import Probe, QualityResult, ReplaySummary, TrialJob, TrialOutcome, TrialStatus
+from tuner.trials.measure import measure
+from tuner.trials.metrics import decisive_failures, replay_summary
+from tuner.trials.quality import ProbeSet, compare, run_probe
+from tuner.trials.replay import ReplayClock, replay
+
+
+class Channel(Protocol):
+    """How a running trial talks to the study (the supervisor's pipe, or a caller in-process)."""
+
+    def progress(self, probe: int, scale: float, done: int, total: int) -> None: ...
+
+    def checkpoint(self, probe: Probe) -> bool: ...
+
+
+class WorkerState:
+    """What a worker keeps across trials: the weights, and the quality reference probes per config."""
+
+    def __init__(self) -> None:
+        self.weights = WeightCache()
+        self.references: dict[str, ProbeSet] = {}
+
+
+def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerState, channel: Channel) -> TrialOutcome:
+    start = time.perf_counter()
+    try:
+        model, reused = state.weights.get(job.config)
+        quality = _quality(job, model, state)  # before the trial's engine: its probe engines come and go first
+        if quality is not None and quality.violation(job.quality) > 0:
+            return TrialOutcome(TrialStatus.infeasible, reason=f"quality guardrail: {quality}", quality=quality,
+                                setup_s=time.perf_counter() - start, model_reused=reused)
+        reset_peak_memory(job.config)
+        clock = ReplayClock()
+        engine = LLMEngine(job.config, clock=clock, model=model)
+        setup_s = time.perf_counter() - start
+        replayer = _Replayer(engine, clock, requests, job, channel)
+        replayer.warm_up(job.plan.warmup_requests)
+        span = requests[-1].arrival_s - requests[0].arrival_s
+        measurement, stopped_at = measure(replayer, job.plan, span, channel.checkpoint)
+        if stopped_at is not None:
+            return TrialOutcome(TrialStatus.pruned, measurement, "fails the SLO at the incumbent's capacity "
+                                f"(x{stopped_at.scale:.4g}: attainment {stopped_at.median('slo_attainment'):.3f})",
+                                quality, setup_s, reused, stopped_at)
+        return TrialOutcome(TrialStatus.ok, measurement, None, quality, setup_s, reused)
+    except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included: the config cannot start
+        return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
+    except (torch.cuda.OutOfMemoryError, MemoryError) as e:
+        return TrialOutcome(TrialStatus.oom, reason=f"out of memory: {_short(e)}")
+    except RuntimeError as e:
+        oom = "out of memory" in str(e) or "can't allocate memory" in str(e)
+        return TrialOutcome(TrialStatus.oom if oom else TrialStatus.error, reason=_describe(e))
+    except Exception as e:  # a trial must never take the worker down: report what happened
+        return TrialOutcome(TrialStatus.error, reason=_describe(e))
+
+
+class _Replayer:
+    """`measure`'s replay(scale): the window at a rate scale through the trial's one engine."""
+
+    def __init__(self, engine: LLMEngine, clock: ReplayClock, requests: Sequence[TrafficRequest], job: TrialJob,
+                 channel: Channel) -> None:
+        self.engine, self.clock, self.requests, self.job, self.channel = engine, clock, requests, job, channel
+        self.count = 0
+        self.stop_after = decisive_failures(len(requests), job.plan.slo)
+
+    def warm_up(self, n: int) -> None:
+        """The first `n` requests at once, unmeasured: kernels compiled for the step shapes a replay uses."""
+        if n > 0:
+            burst = tuple(replace(r, arrival_s=0.0) for r in self.requests[:n])
+            replay(self.engine, self.clock, burst)
+
+    def __call__(self, scale: float) -> ReplaySummary:
+        self.count += 1
+        number, total = self.count, len(self.requests)
+        result = replay(self.engine, self.clock, rebase(self.requests, scale), slo=self.job.plan.slo,
+                        stop_after_misses=self.stop_after,
+                        progress=lambda done: self.channel.progress(number, scale, done, total))
+        return replay_summary(result, scale, self.job.plan.slo, peak_memory_gb(self.job.config))
+
+
+def _quality(job: TrialJob, model: object, state: WorkerState) -> QualityResult | None:
+    """The candidate against itself with its numerics-changing knobs neutral."""
+    if job.quality is None:
+        return None
+    reference = replace(job.config.numerics_neutral(), metadata=None)
+    key = json.dumps(reference.to_dict(), sort_keys=True)
+    if key not in state.references:
+        state.references[key] = run_probe(reference, model, job.quality)
+    return compare(state.references[key], run_probe(job.config, model, job.quality))
+
+
+def _short(e: BaseException) -> str:
+    return str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+
+
+def _describe(e: BaseException) -> str:
+    """`Type: message (at file:line)`: enough to find the failing line without a full traceback."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {_short(e)}{where}"
