@@ -3,7 +3,8 @@
 `step()` is three moves: schedule, run, postprocess. It returns a `RequestOutput` for every request
 that finished in the step and, for requests whose `output_kind` is CUMULATIVE (the default, as in
 vLLM), for every step that added tokens. Timestamps come from `clock`, which the tuner's replay
-replaces with a clock that skips idle gaps.
+replaces with a clock that skips idle gaps. With a tokenizer, outputs carry text, decoded when an
+output is built: each step for CUMULATIVE requests, once at the end for FINAL_ONLY ones.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import NamedTuple
 import torch
 
 from runtime.config import EngineConfig
+from runtime.detokenizer import IncrementalDetokenizer
 from runtime.kv.integrity import check_integrity
 from runtime.kv.manager import KVCacheManager
 from runtime.model.llama import LlamaForCausalLM
+from runtime.model.tokenizer import Tokenizer
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from runtime.placement import Placement, plan_placement
 from runtime.runner import ModelRunner
@@ -44,11 +47,14 @@ class StepStats(NamedTuple):
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.perf_counter,
-                 model: LlamaForCausalLM | None = None, record_logprobs: bool = False) -> None:
+                 model: LlamaForCausalLM | None = None, record_logprobs: bool = False,
+                 tokenizer: Tokenizer | None = None) -> None:
         """`model`: weights already loaded (same name, dtype, device) to reuse; `record_logprobs`: keep the
         full next-token log-distribution of every token sample 0 draws (`logprobs[request_id]`, [V] each),
-        for numerics checks."""
+        for numerics checks; `tokenizer`: the model's, to fill `CompletionOutput.text` (None: no text)."""
         self.config = config
+        self.tokenizer = tokenizer
+        self._detokenizers: dict[int, IncrementalDetokenizer] = {}  # by seq_id, while its request lives
         self.logprobs: dict[str, list[torch.Tensor]] | None = {} if record_logprobs else None
         self.clock = clock
         self.placement: Placement = plan_placement(config, model)
@@ -196,15 +202,30 @@ class LLMEngine:
         self.scheduler.remove(seq)
         self.sampler.forget(seq.seq_id)
 
-    @staticmethod
-    def _output(req: Request) -> RequestOutput:
+    def _output(self, req: Request) -> RequestOutput:
         if req.rejected_reason is not None:
             outs = [CompletionOutput(0, [], "rejected")]
         else:
-            outs = [CompletionOutput(s.index, s.output_token_ids, s.finish_reason)
+            outs = [CompletionOutput(s.index, s.output_token_ids, s.finish_reason, self._text(s))
                     for s in sorted(req.seqs, key=lambda s: s.index)]
+        if req.finished:
+            for seq in req.seqs:
+                self._detokenizers.pop(seq.seq_id, None)
         return RequestOutput(req.request_id, req.prompt_token_ids, outs, req.finished, req.metrics,
                              req.rejected_reason)
+
+    def _text(self, seq: Sequence) -> str | None:
+        """The text of `seq`'s output so far, decoding only the tokens added since its last output."""
+        params = seq.request.params
+        if self.tokenizer is None or not params.detokenize:
+            return None
+        detok = self._detokenizers.get(seq.seq_id)
+        if detok is None:
+            detok = self._detokenizers[seq.seq_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
+        detok.add(seq.token_ids[seq.num_prompt_tokens + len(detok.token_ids) :])
+        if seq.finish_reason is not None:
+            detok.finish()
+        return detok.text
 
     # ---- accounting ----------------------------------------------------------------------------
     def live_sequences(self) -> list[Sequence]:
