@@ -61,7 +61,8 @@ class BlockTier:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "tiny"  # a preset name (runtime.model.presets) or a local Hugging Face folder
+    name: str = "tiny"  # a preset (runtime.model.presets: random-weight shapes, smollm2-135m), a .gguf file,
+    #                     or a local Hugging Face folder
     dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU
     seed: int = 0  # seed of a preset's random weights
 

@@ -4,8 +4,9 @@
 that finished in the step and, for requests whose `output_kind` is CUMULATIVE (the default, as in
 vLLM), for every step that added tokens. Timestamps come from the `clock` given at construction (the
 tuner's replay gives one that skips idle gaps); a token's time is read once the step's device work
-is done (its tokens are on the host). `reset()` empties the engine for another run on the same
-weights and KV pool.
+is done (its tokens are on the host). With a tokenizer, outputs carry text, decoded when an output is
+built: each step for CUMULATIVE requests, once at the end for FINAL_ONLY ones. `reset()` empties the
+engine for another run on the same weights and KV pool.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from collections.abc import Callable
 import torch
 
 from runtime.config import EngineConfig
+from runtime.detokenizer import IncrementalDetokenizer
 from runtime.kv.integrity import check_integrity
 from runtime.kv.manager import KVCacheManager
 from runtime.model.llama import LlamaForCausalLM
+from runtime.model.tokenizer import Tokenizer
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from runtime.placement import Placement, plan_placement
 from runtime.runner import ModelRunner
@@ -32,11 +35,14 @@ from runtime.stats import StepStats, StepTotals
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.perf_counter,
-                 model: LlamaForCausalLM | None = None, record_logprobs: bool = False) -> None:
+                 model: LlamaForCausalLM | None = None, record_logprobs: bool = False,
+                 tokenizer: Tokenizer | None = None) -> None:
         """`model`: weights already loaded (same name, dtype, device) to reuse; `record_logprobs`: keep the
         full next-token log-distribution of every token sample 0 draws (`logprobs[request_id]`, [V] each),
-        for numerics checks."""
+        for numerics checks; `tokenizer`: the model's, to fill `CompletionOutput.text` (None: no text)."""
         self.config = config
+        self.tokenizer = tokenizer
+        self._detokenizers: dict[int, IncrementalDetokenizer] = {}  # by seq_id, while its request lives
         self.logprobs: dict[str, list[torch.Tensor]] | None = {} if record_logprobs else None
         self.clock = clock
         self.placement: Placement = plan_placement(config, model)
@@ -71,6 +77,7 @@ class LLMEngine:
         for request_id in list(self.requests):
             self.abort(request_id)
         self._pending = []
+        self._detokenizers.clear()
         self.kv.reset()
         if self.logprobs is not None:
             self.logprobs = {}
@@ -203,15 +210,30 @@ class LLMEngine:
         self.scheduler.remove(seq)
         self.sampler.forget(seq.seq_id)
 
-    @staticmethod
-    def _output(req: Request) -> RequestOutput:
+    def _output(self, req: Request) -> RequestOutput:
         if req.rejected_reason is not None:
             outs = [CompletionOutput(0, [], "rejected")]
         else:
-            outs = [CompletionOutput(s.index, s.output_token_ids, s.finish_reason)
+            outs = [CompletionOutput(s.index, s.output_token_ids, s.finish_reason, self._text(s))
                     for s in sorted(req.seqs, key=lambda s: s.index)]
+        if req.finished:
+            for seq in req.seqs:
+                self._detokenizers.pop(seq.seq_id, None)
         return RequestOutput(req.request_id, req.prompt_token_ids, outs, req.finished, req.metrics,
                              req.rejected_reason)
+
+    def _text(self, seq: Sequence) -> str | None:
+        """The text of `seq`'s output so far, decoding only the tokens added since its last output."""
+        params = seq.request.params
+        if self.tokenizer is None or not params.detokenize:
+            return None
+        detok = self._detokenizers.get(seq.seq_id)
+        if detok is None:
+            detok = self._detokenizers[seq.seq_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
+        detok.add(seq.token_ids[seq.num_prompt_tokens + len(detok.token_ids) :])
+        if seq.finish_reason is not None:
+            detok.finish()
+        return detok.text
 
     # ---- accounting ----------------------------------------------------------------------------
     def live_sequences(self) -> list[Sequence]:

@@ -23,6 +23,7 @@ class CompletionOutput:
     index: int
     token_ids: list[int]
     finish_reason: str | None  # "length" | "stop" | "abort" | "rejected" | None while running
+    text: str | None = None  # the tokens' text so far; None: not detokenized (no tokenizer, or detokenize=False)
 
 
 @dataclass(frozen=True)

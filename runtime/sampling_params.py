@@ -25,6 +25,8 @@ class SamplingParams:
     max_tokens: int = 16
     ignore_eos: bool = False
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    detokenize: bool = True  # fill CompletionOutput.text (only where the engine has a tokenizer)
+    skip_special_tokens: bool = True  # leave special tokens (EOS, chat markers) out of the text
 
     def __post_init__(self) -> None:
         checks = [

