@@ -18,7 +18,6 @@ use (PEP 562).
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from runtime.config import NUMERICS_NEUTRAL, BlockTier, ConfigError, EngineConfig
@@ -26,34 +25,37 @@ from runtime.limits import EngineLimits, engine_limits
 from runtime.model.info import ModelInfo, ModelLoadError, model_info
 from runtime.typed import build as build_config
 
-_LAZY = {
-    "LLM": "runtime.llm",
-    "LLMEngine": "runtime.engine",
-    "SamplingParams": "runtime.sampling_params",
-    "RequestOutputKind": "runtime.sampling_params",
-    "RequestOutput": "runtime.outputs",
-    "CompletionOutput": "runtime.outputs",
-    "RequestMetrics": "runtime.outputs",
-    "StepStats": "runtime.stats",
-    "StepTotals": "runtime.stats",
-    "WeightCache": "runtime.weights",
-    "DeviceInfo": "runtime.device",
-    "describe_device": "runtime.device",
-    "peak_memory_gb": "runtime.device",
-    "reset_peak_memory": "runtime.device",
-    "InsufficientMemoryError": "runtime.memory",
-}
+_LAZY = ("LLM", "LLMEngine", "SamplingParams", "RequestOutputKind", "RequestOutput", "CompletionOutput",
+         "RequestMetrics", "StepStats", "StepTotals", "WeightCache", "DeviceInfo", "describe_device",
+         "peak_memory_gb", "reset_peak_memory", "InsufficientMemoryError")
 
 __all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "ModelInfo",
            "ModelLoadError", "build_config", "engine_limits", "model_info", *_LAZY]
 
 
+def _engine_names() -> dict[str, Any]:
+    """Everything that needs torch, imported on first use of any of it."""
+    from runtime.device import DeviceInfo, describe_device, peak_memory_gb, reset_peak_memory
+    from runtime.engine import LLMEngine
+    from runtime.llm import LLM
+    from runtime.memory import InsufficientMemoryError
+    from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
+    from runtime.sampling_params import RequestOutputKind, SamplingParams
+    from runtime.stats import StepStats, StepTotals
+    from runtime.weights import WeightCache
+
+    return {"LLM": LLM, "LLMEngine": LLMEngine, "SamplingParams": SamplingParams,
+            "RequestOutputKind": RequestOutputKind, "RequestOutput": RequestOutput, "CompletionOutput": CompletionOutput,
+            "RequestMetrics": RequestMetrics, "StepStats": StepStats, "StepTotals": StepTotals, "WeightCache": WeightCache,
+            "DeviceInfo": DeviceInfo, "describe_device": describe_device, "peak_memory_gb": peak_memory_gb,
+            "reset_peak_memory": reset_peak_memory, "InsufficientMemoryError": InsufficientMemoryError}
+
+
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    globals().update(_engine_names())  # later lookups skip this function
+    return globals()[name]
 
 
 def __dir__() -> list[str]:

@@ -11,6 +11,7 @@ This process never imports torch: trials run in the worker (tuner.trials.supervi
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import warnings
@@ -64,8 +65,13 @@ def _windows(app: AppConfig, traffic: TrafficLoad) -> tuple[ReplayWindow, Replay
                       time_scale=app.replay.time_scale)
     split = split_windows(requests, app.validation.holdout_fraction)
     search = ReplayWindow("search", split.search, arrival_rate(split.search))
-    held_out = ReplayWindow("validation", split.validation, arrival_rate(split.validation)) \
-        if len(split.validation) >= 2 else None
+    if not math.isfinite(search.rate_rps):
+        raise TrafficError(f"{app.traffic}: the {len(split.search)} requests of the search window arrive at once: "
+                           "there is no arrival rate to scale; replay a longer window (replay.duration_s, "
+                           "replay.max_requests)")
+    held_out = ReplayWindow("validation", split.validation, arrival_rate(split.validation))
+    if not math.isfinite(held_out.rate_rps):  # none, one, or all at once: the proof replays the search window
+        held_out = None
     rates = Rates(search.rate_rps, search.rate_rps / app.replay.time_scale, peak_rate(traffic.requests))
     return search, held_out, rates
 

@@ -341,11 +341,10 @@ def _engine_config(section: Any) -> EngineConfig:
         raise TunerConfigError(f"runtime.{message}") from None
 
 
-def traffic_stem(path: str | None) -> str:
-    """`${traffic_stem:${traffic}}` in conf/config.yaml: the traffic file's name without its suffixes."""
-    return Path(str(path)).name.split(".")[0] or "traffic" if path else "traffic"
+def traffic_stem(path: str | Path) -> str:
+    """The traffic file's name without its suffixes (`logs.jsonl.gz` -> `logs`): the default study name's start."""
+    return Path(str(path)).name.split(".")[0] or "traffic"
 
 
 # The root of conf/config.yaml's defaults list; every group is typed through it.
 ConfigStore.instance().store(name="pagetune_schema", node=hydra_schema(AppConfig))
-OmegaConf.register_new_resolver("traffic_stem", traffic_stem, replace=True)

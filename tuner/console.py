@@ -37,6 +37,7 @@ class Console:
         self._log: TextIO = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         self._trials: tqdm | None = None
         self._replay: tqdm | None = None
+        self._label = ""  # the replay the replay bar shows
 
     def line(self, text: str) -> None:
         tqdm.write(text)
@@ -52,10 +53,14 @@ class Console:
         self._replay = tqdm(total=requests, desc="replay", unit="req", position=1, leave=False)
 
     def progress(self, trial: int, probe: int, scale: float, done: int, total: int) -> None:
-        if self._replay is not None:
-            self._replay.set_description(f"trial {trial} replay {probe} at x{scale:.3g}", refresh=False)
-            self._replay.n = done
-            self._replay.refresh()
+        if self._replay is None:
+            return
+        label = f"trial {trial} replay {probe} at x{scale:.3g}"
+        if self._label != label:  # a new replay: its own count and rate
+            self._label = label
+            self._replay.reset(total)
+            self._replay.set_description(label, refresh=False)
+        self._replay.update(done - self._replay.n)
 
     def trial_end(self, trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[str, float]) -> None:
         if self._trials is not None:

@@ -15,12 +15,14 @@ SHARED_TRACES = ROOT.parent / "shared" / "traces"
 
 
 def tuner_args(tmp: Path, traffic: Path, *extra: str, study: str = "t", trials: int = 2) -> list[str]:
-    """A small, fast study: few requests at 4x their rate, one validation repeat, stores under tmp."""
+    """A small, fast study: few requests at 4x their rate, one replay per probe, the fewest rounds after the
+    search (one to select, two to prove), stores under tmp."""
     return [
         sys.executable, "-m", "tuner", f"+traffic={traffic}", "model=tiny", f"tuner.n_trials={trials}",
         f"tuner.study_name={study}", f"storage.url=sqlite:///{tmp}/optuna.db",
         f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"hydra.run.dir={tmp}/out-{study}",
-        "replay.max_requests=12", "replay.time_scale=4", "validation.repeats=1", "tuner.n_startup_trials=1",
+        "replay.max_requests=12", "replay.time_scale=4", "tuner.n_startup_trials=1", "tuner.repeats=1",
+        "tuner.finalists=1", "tuner.warmup_requests=4", "validation.select_rounds=1", "validation.proof_rounds=2",
         "runtime.cache.device_memory_gb=0.05", "runtime.scheduler.max_model_len=1024", *extra,
     ]
 

@@ -37,16 +37,18 @@ def _traffic(kind: str, tmp: Path) -> tuple[Path, list[str]]:
     return path, ["replay.long_prompts=truncate"]
 
 
-def check_exports(out: Path) -> EngineConfig:
+def check_exports(out: Path, stdout: str) -> EngineConfig:
     best = EngineConfig.from_yaml(out / "best.yaml")
-    assert best.metadata["study"] and best.metadata["traffic_sha256"]
+    assert best.metadata["study"] and best.metadata["traffic_sha256"] and best.metadata["verdict"]
     vllm = yaml.safe_load((out / "vllm.yaml").read_text())
-    assert vllm["block-size"] == best.cache.block_size or best.cache.block_tiers
-    assert vllm["max-num-seqs"] == best.scheduler.max_num_seqs
+    assert vllm["block-size"] > 0 and vllm["max-num-seqs"] == best.scheduler.max_num_seqs
     report = (out / "report.md").read_text()
-    assert "## Metrics: search window" in report and "## Metrics: validation window" in report
+    assert f"**Verdict: {best.metadata['verdict']}.**" in report  # the same words in best.yaml and the report
+    assert f"Verdict: {best.metadata['verdict']}." in stdout  # and on the console
+    assert "## Selection: fresh replays of the search window" in report and "## Proof: the " in report
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
-        "latency_cdf.png", "optimization_history.png", "param_importances.png"]
+        "capacity.png", "latency_cdf.png", "optimization_history.png", "param_importances.png"]
+    assert (out / "trials.log").read_text().count("\ntrial ") + 1 >= 2  # every trial line saved
     return best
 
 
@@ -60,11 +62,14 @@ def check_mlflow(tmp: Path, study: str, n_trials: int) -> None:
         assert "block_size" in child.data.params or "use_tiers" in child.data.params
         artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
         assert "config.yaml" in artifacts
-        if child.info.status == "FINISHED" and "goodput_rps" in child.data.metrics:
+        if child.info.status == "FINISHED" and "capacity_rps" in child.data.metrics:
             assert "latencies.csv" in artifacts
-    assert any("goodput_rps" in c.data.metrics for c in children)
+        if child.info.status == "KILLED":  # stopped at the incumbent's capacity: partial figures only
+            assert "capacity_rps" not in child.data.metrics and "goodput_rps" not in child.data.metrics
+    assert any("capacity_rps" in c.data.metrics for c in children)
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"best.yaml", "vllm.yaml", "report.md"} <= parent_files
+    assert parents[0].data.tags["pagetune.verdict"]
 
 
 @pytest.mark.parametrize("kind", ["native", "openai", "azure", "mooncake"])
@@ -73,7 +78,7 @@ def test_cli_end_to_end_per_format(kind, tmp_path):
     result = run_tuner(tuner_args(tmp_path, traffic, *extra, study=kind), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "best.yaml:" in result.stdout and "mlflow ui --backend-store-uri" in result.stdout
-    check_exports(tmp_path / f"out-{kind}")
+    check_exports(tmp_path / f"out-{kind}", result.stdout)
     trials = study_trials(tmp_path, kind)
     assert len(trials) == 2 and trials[0].user_attrs["pagetune.baseline"]
     check_mlflow(tmp_path, kind, 2)

@@ -63,7 +63,9 @@ def _wait_for_running_trial(tmp_path, proc, storage: str, deadline_s: float = 24
 @pytest.mark.parametrize("storage", ["sqlite", "journal"])
 def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path, storage):
     """SQLite (RDB) storage beats through Optuna; a journal file through pagetune's own heartbeat thread."""
-    slow = ["replay.time_scale=1", "replay.max_requests=60"]  # trials of a few seconds: time to catch one
+    # Trials of a few seconds, time to catch one: a capacity well inside the window, every probe repeated.
+    slow = ["replay.time_scale=1", "replay.max_requests=60", "slo.ttft_s=0.3", "slo.tpot_s=0.02", "tuner.repeats=3",
+            "tuner.pruner=none", "runtime.cache.device_memory_gb=0.2"]
     journal = ["storage=journal", f"storage.url={tmp_path}/optuna_journal.log"] if storage == "journal" else []
     args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *FAST_HEARTBEAT, *slow, *journal, study="k", trials=3)
     env = {**os.environ, "TQDM_DISABLE": "1"}

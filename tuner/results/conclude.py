@@ -62,8 +62,10 @@ def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: Re
     proof = remeasure(executor, app, pair, proof_window, app.validation.proof_rounds, on_done)
     interval = paired_interval(proof.values[pick.label], proof.values[BASELINE]) if pick is not baseline else None
     window = "held-out" if held_out is not None else "search (fresh rounds)"
-    return Conclusion(baseline, finalists, selection, pick, proof,
-                      verdict(pick is baseline, interval, objective_unit(app), window), objective_unit(app))
+    saturated = pick is not baseline and all(all(proof.saturated[c.label]) for c in pair)
+    return Conclusion(baseline, finalists, selection, pick, proof,  # every objective's value: higher is better
+                      verdict(pick is baseline, interval, objective_unit(app), window, saturated=saturated),
+                      objective_unit(app))
 
 
 def measurements_planned(app: AppConfig, finalists: int) -> int:

@@ -45,6 +45,7 @@ class Remeasured(NamedTuple):
     probes: dict[str, list[tuple[Probe, ...]]]  # label -> per round, its probes (capacity: for the plot)
     rows: dict[str, tuple[dict[str, Any], ...]]  # label -> per-request latencies of its first measurement
     failed: list[str]  # what did not complete, with reasons
+    saturated: dict[str, list[bool]]  # label -> per round: the SLO held at every rate the window allows
 
     def median(self, label: str) -> float | None:
         done = [v for v in self.values[label] if v is not None]
@@ -80,18 +81,20 @@ def _candidate(t: FrozenTrial, label: str) -> Candidate:
 def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate], window: ReplayWindow,
               rounds: int, on_done: Callable[[], None] = lambda: None) -> Remeasured:
     """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round."""
-    result = Remeasured(window.key, {c.label: [] for c in candidates}, {c.label: [] for c in candidates}, {}, [])
+    labels = [c.label for c in candidates]
+    result = Remeasured(window.key, {k: [] for k in labels}, {k: [] for k in labels}, {}, [], {k: [] for k in labels})
     for r in range(rounds):
         for c in [*candidates[r % len(candidates):], *candidates[:r % len(candidates)]]:
-            value, probes = _measure(executor, app, c, window, r, result.failed, result.rows)
+            value, probes, saturated = _measure(executor, app, c, window, r, result.failed, result.rows)
             result.values[c.label].append(value)
             result.probes[c.label].append(probes)
+            result.saturated[c.label].append(saturated)
             on_done()
     return result
 
 
 def _measure(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int,
-             failed: list[str], rows: dict) -> tuple[float | None, tuple[Probe, ...]]:
+             failed: list[str], rows: dict) -> tuple[float | None, tuple[Probe, ...], bool]:
     """One fresh measurement; capacity starts its bracket at the candidate's search capacity (req/s)."""
     capacity = app.tuner.objective is ObjectiveName.capacity
     start = c.search_value / window.rate_rps if capacity and c.search_value > 0 else None
@@ -100,9 +103,9 @@ def _measure(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWin
     if outcome.status is not TrialStatus.ok or outcome.measurement is None:
         failed.append(f"{c.label} on the {window.key} window, round {round_ + 1}: {outcome.status.value}: "
                       f"{outcome.reason}")
-        return None, ()
+        return None, (), False
     m = outcome.measurement
     rows.setdefault(c.label, m.latency_rows)
     scale = window.rate_rps if capacity else 1.0
     probes = tuple(p._replace(scale=p.scale * scale) for p in m.probes) if capacity else m.probes
-    return m.values[0] * scale, probes
+    return m.values[0] * scale, probes, m.saturated

@@ -234,8 +234,11 @@ def capacity_curve(curves: Mapping[str, Sequence[Sequence]], target: float, path
     `curves`: config name -> per round, its probes (`tuner.trials.job.Probe`, scale in req/s). Each
     probe is drawn at its median attainment with a bar from the lowest to the highest replay.
     """
-    if not any(rounds for rounds in curves.values()):
+    drawable = {name: [[p for p in probes if 0 < p.scale < math.inf] for probes in rounds]
+                for name, rounds in curves.items()}
+    if not any(probes for rounds in drawable.values() for probes in rounds):
         return _notice("Capacity", "No capacity measurements to draw.", path)
+    curves = drawable
     fig = Figure(figsize=(7.0, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for (name, rounds), color in zip(curves.items(), (_BASELINE, _BEST, "tab:green")):

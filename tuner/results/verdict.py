@@ -69,12 +69,18 @@ class Verdict(NamedTuple):
 
 
 def verdict(pick_is_baseline: bool, interval: Interval | None, unit: str, window: str,
-            higher_is_better: bool = True) -> Verdict:
-    """The study's verdict from the proof window's interval."""
+            higher_is_better: bool = True, saturated: bool = False) -> Verdict:
+    """The study's verdict from the proof window's interval. `saturated`: both configs met the SLO at every
+    rate the proof window allows, so it cannot tell them apart."""
+    if pick_is_baseline:
+        return Verdict(False, "no improvement: the baseline measured best; keep the baseline", None,
+                       "no proof needed: the baseline had the best median of the selection rounds")
     method = (f"paired t-interval ({CONFIDENCE:.0%}) over {interval.rounds if interval else 0} interleaved "
               f"rounds on the {window} window")
-    if pick_is_baseline:
-        return Verdict(False, "no improvement: the baseline measured best; keep the baseline", interval, method)
+    if saturated:
+        return Verdict(False, f"no significant improvement: keep the baseline (the {window} window meets the SLO "
+                       "at every rate it allows for both configs, so it cannot tell them apart; replay a longer "
+                       "window)", interval, method)
     if interval is None:
         return Verdict(False, "no significant improvement: keep the baseline (fewer than 2 paired rounds "
                        "measured on the proof window)", None, method)

@@ -142,6 +142,10 @@ class TrialRunner:
         return max(done, default=None)
 
     def _values(self, outcome: TrialOutcome) -> list[float]:
+        """The objective value(s); an infeasible trial (no measurement) completes at the worst value, its
+        violated constraint telling the sampler why."""
+        if outcome.measurement is None:
+            return [0.0, math.inf] if self.app.tuner.objective is ObjectiveName.pareto else [0.0]
         values = list(outcome.measurement.values)
         if self.app.tuner.objective is ObjectiveName.capacity:
             values = [values[0] * self.rates.window_rps]

@@ -18,8 +18,9 @@ OTHER = Candidate("trial 4", 4, EngineConfig.from_flat("tiny", block_size=8), 11
 
 def conclusion(proof_pick: list[float | None], proof_base: list[float | None]) -> Conclusion:
     selection = Remeasured("search", {"baseline": [10.0, 9.5, 10.5], "trial 7": [12.0, 12.5, 11.5],
-                                      "trial 4": [10.0, None, 11.0]}, {}, {}, ["trial 4 on the search window ..."])
-    proof = Remeasured("validation", {"trial 7": proof_pick, "baseline": proof_base}, {}, {}, [])
+                                      "trial 4": [10.0, None, 11.0]}, {}, {}, ["trial 4 on the search window ..."],
+                           {})
+    proof = Remeasured("validation", {"trial 7": proof_pick, "baseline": proof_base}, {}, {}, [], {})
     interval = paired_interval(proof_pick, proof_base)
     return Conclusion(BASE, [PICK, OTHER], selection, PICK, proof, verdict(False, interval, "req/s", "held-out"),
                       "req/s")

@@ -39,5 +39,7 @@ def test_verdict_improved_only_when_the_interval_excludes_zero():
     assert verdict(True, None, "req/s", "held-out").headline == (
         "no improvement: the baseline measured best; keep the baseline")
     assert not verdict(False, None, "req/s", "held-out").improved
+    flat = verdict(False, paired_interval([5.0, 5.0], [5.0, 5.0]), "req/s", "held-out", saturated=True)
+    assert not flat.improved and "meets the SLO at every rate it allows for both configs" in flat.headline
     lower_better = paired_interval([8.0, 7.0, 7.5], [10.0, 10.0, 10.0])
     assert verdict(False, lower_better, "s", "held-out", higher_is_better=False).improved

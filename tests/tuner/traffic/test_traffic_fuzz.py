@@ -19,7 +19,8 @@ from unittest import mock
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tuner.traffic import TrafficError, load_traffic, records
+from tuner.traffic import TrafficError, load_traffic
+from tuner.traffic import requests as records
 
 V = 64
 LIMIT = 4096  # max_model_len: large drawn lengths are rejected or cut before any synthesis
