@@ -45,9 +45,10 @@ def _engine_names() -> dict[str, Any]:
     from runtime.weights import WeightCache
 
     return {"LLM": LLM, "LLMEngine": LLMEngine, "SamplingParams": SamplingParams,
-            "RequestOutputKind": RequestOutputKind, "RequestOutput": RequestOutput, "CompletionOutput": CompletionOutput,
-            "RequestMetrics": RequestMetrics, "StepStats": StepStats, "StepTotals": StepTotals, "WeightCache": WeightCache,
-            "DeviceInfo": DeviceInfo, "describe_device": describe_device, "peak_memory_gb": peak_memory_gb,
+            "RequestOutputKind": RequestOutputKind, "RequestOutput": RequestOutput,
+            "CompletionOutput": CompletionOutput, "RequestMetrics": RequestMetrics, "StepStats": StepStats,
+            "StepTotals": StepTotals, "WeightCache": WeightCache, "DeviceInfo": DeviceInfo,
+            "describe_device": describe_device, "peak_memory_gb": peak_memory_gb,
             "reset_peak_memory": reset_peak_memory, "InsufficientMemoryError": InsufficientMemoryError}
 
 
