@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A capacity study on one H200: Llama-3-8B shape (random bf16 weights) on a window of a shared trace,
+# against vLLM's `vllm serve` defaults for the GPU (baseline=vllm). Re-running the same command resumes the
+# study (the Optuna and MLflow stores live in /tmp/study-$NAME while the machine stays warm).
+# Needs the tuner's wheels (.whl: ../shared/gpu/make-wheelhouse.sh) and the traces copied to .traces/ (carried).
+#   bash experiments/gpu_capacity_study.sh NAME TRACE SECONDS [overrides...]     output under $OUT
+set -o pipefail
+name=${1:?name}; trace=${2:?trace file under .traces/}; seconds=${3:?wall-clock limit}; shift 3
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_DISABLE=1
+dir=/tmp/study-$name
+mkdir -p $dir && cd $dir
+start=$(date +%s)
+timeout $seconds python3 -m tuner +traffic=$OLDPWD/.traces/$trace model=llama3-8b search=gpu \
+  tuner.study_name=$name storage.url=sqlite:///$dir/optuna.db tracking.uri=sqlite:///$dir/mlflow.db \
+  storage.heartbeat_interval_s=10 storage.grace_period_s=30 storage.max_retry=0 \
+  replay.long_prompts=truncate hydra.run.dir=$dir/out "$@" 2>&1 | grep -v "INFO mlflow\|^$" | tee -a $OUT/$name.txt
+echo "exit ${PIPESTATUS[0]}; wall seconds: $(( $(date +%s) - start ))" | tee -a $OUT/$name.txt
+cp out/report.md $OUT/$name-report.md 2>/dev/null; cp out/best.yaml $OUT/$name-best.yaml 2>/dev/null
+cp out/vllm.yaml $OUT/$name-vllm.yaml 2>/dev/null; cp out/plots/capacity.png $OUT/$name-capacity.png 2>/dev/null
+cp out/trials.log $OUT/$name-trials.log 2>/dev/null
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a $OUT/$name.txt
+python3 -c "import torch, triton, optuna; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__)" | tee -a $OUT/$name.txt
