@@ -20,9 +20,14 @@ from runtime.model.llama import LlamaForCausalLM
 from runtime.scheduler import ScheduledSeq
 
 
+MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
+
+
 def buckets(max_batch: int) -> list[int]:
-    sizes = [b for b in (1, 2, 4) if b < max_batch] + list(range(8, max_batch + 8, 8))
-    return [b for b in sizes if b < max_batch + 8]
+    """Padded batch sizes to capture: 1, 2, 4, then multiples of 8 up to max_batch (at most 512)."""
+    top = min(max_batch, MAX_CAPTURED_BATCH)
+    sizes = [b for b in (1, 2, 4) if b < top] + list(range(8, top + 8, 8))
+    return [b for b in sizes if b < top + 8]
 
 
 class DecodeGraphs:

@@ -259,7 +259,7 @@ class ValidationConfig:
 
     holdout_fraction: float = 0.2  # last share of the trace (by time) kept from the search; 0: none
     select_rounds: int = 3  # interleaved rounds measuring the finalists and the baseline on the search window
-    proof_rounds: int = 6  # interleaved rounds measuring the pick and the baseline on the held-out window
+    proof_rounds: int = 8  # interleaved rounds measuring the pick and the baseline on the held-out window
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.holdout_fraction < 1.0, "validation.holdout_fraction",

@@ -12,7 +12,6 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig
 
-from runtime.model.gguf import GGUFFile
 from runtime.model.llama import LlamaForCausalLM
 from runtime.model.presets import preset_config
 from runtime.model.rope import RotaryEmbedding
@@ -32,8 +31,16 @@ def _config(source: ModelSource):
     if source.kind is SourceKind.PRESET:
         return preset_config(source.name)
     if source.kind is SourceKind.GGUF:
+        from runtime.model.gguf import GGUFFile  # the gguf package is needed for GGUF files only
+
         return GGUFFile(source.path).config
     return AutoConfig.from_pretrained(source.path, local_files_only=True)
+
+
+def _gguf(path: Path):
+    from runtime.model.gguf import GGUFFile  # the gguf package is needed for GGUF files only
+
+    return GGUFFile(path)
 
 
 @contextlib.contextmanager
@@ -49,7 +56,7 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 def load_model(name: str, dtype: torch.dtype, device: torch.device, seed: int = 0) -> LlamaForCausalLM:
     """Build the model on `device` in `dtype`; presets get seeded N(0, 0.02) weights, GGUF files are dequantised."""
     source = resolve_source(name)
-    gguf = GGUFFile(source.path) if source.kind is SourceKind.GGUF else None  # read once: config and tensors
+    gguf = _gguf(source.path) if source.kind is SourceKind.GGUF else None  # read once: config and tensors
     config = gguf.config if gguf is not None else _config(source)
     with _default_dtype(dtype), torch.device("meta"):
         model = LlamaForCausalLM(config)

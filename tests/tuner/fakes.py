@@ -74,7 +74,7 @@ def window(key: str, n: int = 100, rate: float = 1.0) -> ReplayWindow:
     return ReplayWindow(key, requests, arrival_rate(requests))
 
 
-def fake_app(*, seed: int = 0, trials: int = 10, finalists: int = 3, select_rounds: int = 3, proof_rounds: int = 6,
+def fake_app(*, seed: int = 0, trials: int = 10, finalists: int = 3, select_rounds: int = 3, proof_rounds: int = 8,
              repeats: int = 3) -> AppConfig:
     """Two knobs of three values each; the baseline (vLLM's CPU defaults) sits outside the choices."""
     space = SearchConfig(params={

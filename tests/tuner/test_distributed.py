@@ -44,6 +44,10 @@ def _check(outs, study: optuna.Study, tracking_uri: str, name: str) -> None:
     assert TRIALS <= len(complete) <= TRIALS + WORKERS - 1
     baselines = [t for t in trials if "pagetune.baseline" in t.user_attrs]
     assert len(baselines) == 1  # enqueued once, under the study lock, whatever the number of workers
+    # Every worker samples from its own seed (the study seed, then one per later opening): no repeats.
+    assert sorted(study.user_attrs["pagetune.sampler_seeds"]) == [0, 7919, 15838]
+    drawn = [tuple(sorted(t.params.items())) for t in trials if t not in baselines and t.params]
+    assert len(set(drawn)) == len(drawn), drawn
     client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name("pagetune")
     runs = client.search_runs([exp.experiment_id], f"tags.`pagetune.study` = '{name}'", max_results=500)

@@ -25,6 +25,9 @@ def test_rerun_with_a_larger_budget_continues_the_study(tmp_path):
     trials = study_trials(tmp_path, "r")
     assert [t.number for t in trials] == [0, 1, 2]
     assert sum("pagetune.baseline" in t.user_attrs for t in trials) == 1
+    study = optuna.load_study(study_name="r", storage=f"sqlite:///{tmp_path}/optuna.db")
+    assert study.user_attrs["pagetune.sampler_seeds"] == [0, 7919]  # the resume drew from its own seed
+    assert trials[2].params != trials[1].params
     _, parents, children = mlflow_runs(tmp_path, "r")
     assert len(parents) == 1 and len(children) == 3
 

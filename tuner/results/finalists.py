@@ -11,6 +11,7 @@ The verdict (`tuner.results.verdict`) reads the proof rounds only.
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -93,11 +94,20 @@ def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate
     return result
 
 
+def _dither(app: AppConfig, key: str) -> float:
+    """A start factor in [1/(1+tol), 1+tol], seeded by the measurement's identity: bisections that all began at
+    one point would land on one grid and repeat each other's values (a zero spread the interval would believe)."""
+    u = random.Random(f"{app.tuner.seed}/{key}").uniform(-1.0, 1.0)
+    return (1.0 + app.tuner.capacity_tol) ** u
+
+
 def _measure(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int,
              failed: list[str], rows: dict) -> tuple[float | None, tuple[Probe, ...], bool]:
     """One fresh measurement; capacity starts its bracket at the candidate's search capacity (req/s)."""
     capacity = app.tuner.objective is ObjectiveName.capacity
     start = c.search_value / window.rate_rps if capacity and c.search_value > 0 else None
+    if start is not None:
+        start *= _dither(app, f"{c.label}/{window.key}/{round_}")
     job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(app, start, repeats=1, checkpoint=False))
     outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, app.tuner.trial_timeout_s)
     if outcome.status is not TrialStatus.ok or outcome.measurement is None:

@@ -25,7 +25,7 @@ from tuner.store.storage import build_storage
 
 log = logging.getLogger("pagetune")
 
-__all__ = ["TrialFailed", "open_study", "run_search", "trials_counted"]
+__all__ = ["SEEDS_ATTR", "TrialFailed", "open_study", "run_search", "trials_counted"]
 
 
 class TrialFailed(Exception):
@@ -42,8 +42,21 @@ def open_study(app: AppConfig, identity: StudyIdentity, space: SearchSpace, base
             sampler=build_sampler(app.tuner), pruner=build_pruner(app.tuner), directions=list(app.tuner.directions),
             load_if_exists=True)
         identity.bind(study, app.tuner.resume)
+        study.sampler = build_sampler(app.tuner, _own_seed(study, app.tuner.seed))
         space.enqueue_baseline(study, baseline_values)
     return study
+
+
+SEEDS_ATTR = "pagetune.sampler_seeds"  # study user attr: the seed of every process that opened the study
+
+
+def _own_seed(study: optuna.Study, seed: int | None) -> int | None:
+    """The study seed for the first process to open it, then a seed of its own for every later worker or
+    resume (same study seed, next opening): no two processes draw the same suggestions. Recorded on the study."""
+    opened = study.user_attrs.get(SEEDS_ATTR, [])
+    own = None if seed is None else seed + 7919 * len(opened)
+    study.set_user_attr(SEEDS_ATTR, [*opened, own])
+    return own
 
 
 def trials_counted(study: optuna.Study) -> int:
