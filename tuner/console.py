@@ -13,7 +13,11 @@ from tuner.redact import mask_text
 from tuner.search.space import is_baseline
 from tuner.trials.job import TrialOutcome, TrialStatus
 
-__all__ = ["Console", "trial_line"]
+__all__ = ["SATURATED_WARNING", "Console", "trial_line"]
+
+SATURATED_WARNING = ("warning: the baseline met the SLO with the whole search window arriving at once: capacity "
+                     "cannot rank configs on this window. Tighten the SLO (slo.ttft_s, slo.tpot_s) or replay more "
+                     "requests (replay.max_requests, replay.duration_s).")
 
 
 def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[str, float]) -> str:
@@ -66,6 +70,8 @@ class Console:
         if self._trials is not None:
             self._trials.update(1)
         self.line(trial_line(trial, outcome, metrics))
+        if is_baseline(trial) and metrics.get("saturated"):
+            self.line(SATURATED_WARNING)
 
     def end_trials(self) -> None:
         for bar in (self._replay, self._trials):

@@ -13,7 +13,7 @@ import optuna
 
 from tuner.config import AppConfig, ObjectiveName
 from tuner.results.finalists import BASELINE, Candidate, Remeasured, choose, remeasure
-from tuner.results.verdict import Verdict, paired_interval, verdict
+from tuner.results.verdict import Saturation, Verdict, paired_interval, verdict
 from tuner.traffic import ReplayWindow
 from tuner.trials.supervisor import Executor
 
@@ -62,7 +62,7 @@ def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: Re
     proof = remeasure(executor, app, pair, proof_window, app.validation.proof_rounds, on_done)
     interval = paired_interval(proof.values[pick.label], proof.values[BASELINE]) if pick is not baseline else None
     window = "held-out" if held_out is not None else "search (fresh rounds)"
-    saturated = pick is not baseline and all(all(proof.saturated[c.label]) for c in pair)
+    saturated = Saturation(pick=any(proof.saturated[pick.label]), baseline=any(proof.saturated[BASELINE]))
     return Conclusion(baseline, finalists, selection, pick, proof,  # every objective's value: higher is better
                       verdict(pick is baseline, interval, objective_unit(app), window, saturated=saturated),
                       objective_unit(app))

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["CONFIDENCE", "Interval", "Verdict", "paired_interval", "t_quantile", "verdict"]
+__all__ = ["CONFIDENCE", "Interval", "Saturation", "Verdict", "paired_interval", "t_quantile", "verdict"]
 
 CONFIDENCE = 0.95
 # t(0.975, df) for df = 1..30; beyond, the Cornish-Fisher expansion (error < 1e-4).
@@ -68,19 +68,31 @@ class Verdict(NamedTuple):
     method: str
 
 
+class Saturation(NamedTuple):
+    """Which config met the SLO at every rate the proof window allows, in some round: its values there are
+    lower bounds of its capacity, not measurements of it."""
+
+    pick: bool = False
+    baseline: bool = False
+
+
 def verdict(pick_is_baseline: bool, interval: Interval | None, unit: str, window: str,
-            higher_is_better: bool = True, saturated: bool = False) -> Verdict:
-    """The study's verdict from the proof window's interval. `saturated`: both configs met the SLO at every
-    rate the proof window allows, so it cannot tell them apart."""
+            higher_is_better: bool = True, saturated: Saturation = Saturation()) -> Verdict:
+    """The study's verdict from the proof window's interval.
+
+    A saturated baseline makes pick - baseline an overestimate: no improvement can be claimed. A saturated
+    pick alone makes it an underestimate: an interval clear of zero still proves the improvement, whose
+    size is then a lower bound.
+    """
     if pick_is_baseline:
         return Verdict(False, "no improvement: the baseline measured best; keep the baseline", None,
                        "no proof needed: the baseline had the best median of the selection rounds")
     method = (f"paired t-interval ({CONFIDENCE:.0%}) over {interval.rounds if interval else 0} interleaved "
               f"rounds on the {window} window")
-    if saturated:
-        return Verdict(False, f"no significant improvement: keep the baseline (the {window} window meets the SLO "
-                       "at every rate it allows for both configs, so it cannot tell them apart; replay a longer "
-                       "window)", interval, method)
+    if saturated.baseline:
+        return Verdict(False, f"no significant improvement: keep the baseline (it meets the SLO at every rate the "
+                       f"{window} window allows, so no difference can be shown there; replay a longer window)",
+                       interval, method)
     if interval is None:
         return Verdict(False, "no significant improvement: keep the baseline (fewer than 2 paired rounds "
                        "measured on the proof window)", None, method)
@@ -88,6 +100,9 @@ def verdict(pick_is_baseline: bool, interval: Interval | None, unit: str, window
     rel, low, high = interval.relative
     text = (f"{interval.mean:+.4g} {unit} ({rel:+.1%}; 95% CI {interval.low:+.4g} .. {interval.high:+.4g} {unit}, "
             f"{low:+.1%} .. {high:+.1%})")
+    if favourable and saturated.pick:
+        return Verdict(True, f"improved, by at least: {text} (the pick met the SLO at every rate the {window} "
+                       "window allows)", interval, method)
     if favourable:
         return Verdict(True, f"improved: {text}", interval, method)
     return Verdict(False, f"no significant improvement: keep the baseline (pick - baseline {text})", interval, method)

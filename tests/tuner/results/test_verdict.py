@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tuner.results.verdict import paired_interval, t_quantile, verdict
+from tuner.results.verdict import Saturation, paired_interval, t_quantile, verdict
 
 
 def test_t_quantiles_from_the_table_and_the_expansion():
@@ -39,7 +39,9 @@ def test_verdict_improved_only_when_the_interval_excludes_zero():
     assert verdict(True, None, "req/s", "held-out").headline == (
         "no improvement: the baseline measured best; keep the baseline")
     assert not verdict(False, None, "req/s", "held-out").improved
-    flat = verdict(False, paired_interval([5.0, 5.0], [5.0, 5.0]), "req/s", "held-out", saturated=True)
-    assert not flat.improved and "meets the SLO at every rate it allows for both configs" in flat.headline
+    bounded = paired_interval([50.0, 50.0, 50.0], [10.0, 12.0, 11.0])  # the pick's values are lower bounds
+    assert not verdict(False, bounded, "req/s", "held-out", saturated=Saturation(baseline=True)).improved
+    at_least = verdict(False, bounded, "req/s", "held-out", saturated=Saturation(pick=True))
+    assert at_least.improved and at_least.headline.startswith("improved, by at least: +39 req/s")
     lower_better = paired_interval([8.0, 7.0, 7.5], [10.0, 10.0, 10.0])
     assert verdict(False, lower_better, "s", "held-out", higher_is_better=False).improved
