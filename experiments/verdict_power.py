@@ -16,7 +16,7 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.tuner.fakes: in the repository, not the package
 
 import optuna  # noqa: E402
 

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from runtime import EngineConfig  # noqa: E402
-from tuner.config import ObjectiveName, SloConfig  # noqa: E402
-from tuner.traffic import SAMPLE_TRAFFIC, load_traffic, select  # noqa: E402
-from tuner.trials.job import MeasurePlan, TrialJob  # noqa: E402
-from tuner.trials.supervisor import WorkerSupervisor  # noqa: E402
+from runtime import EngineConfig
+from tuner.config import ObjectiveName, SloConfig
+from tuner.traffic import SAMPLE_TRAFFIC, load_traffic, select
+from tuner.trials.job import MeasurePlan, TrialJob
+from tuner.trials.supervisor import WorkerSupervisor
 
 
 def busy_times(config: EngineConfig, requests, repeats: int, warmup: int) -> list[float]:

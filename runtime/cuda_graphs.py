@@ -19,7 +19,6 @@ from runtime.kv.manager import KVCacheManager
 from runtime.model.llama import LlamaForCausalLM
 from runtime.scheduler import ScheduledSeq
 
-
 MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
 
 

@@ -77,13 +77,14 @@ class Saturation(NamedTuple):
 
 
 def verdict(pick_is_baseline: bool, interval: Interval | None, unit: str, window: str,
-            higher_is_better: bool = True, saturated: Saturation = Saturation()) -> Verdict:
+            higher_is_better: bool = True, saturated: Saturation | None = None) -> Verdict:
     """The study's verdict from the proof window's interval.
 
     A saturated baseline makes pick - baseline an overestimate: no improvement can be claimed. A saturated
     pick alone makes it an underestimate: an interval clear of zero still proves the improvement, whose
     size is then a lower bound.
     """
+    saturated = saturated or Saturation()
     if pick_is_baseline:
         return Verdict(False, "no improvement: the baseline measured best; keep the baseline", None,
                        "no proof needed: the baseline had the best median of the selection rounds")
