@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.tuner.fakes: in the repository, not the package
 
-import optuna  # noqa: E402
+import optuna
 
-from tests.tuner.fakes import FakeExecutor, run_fake_study  # noqa: E402
+from tests.tuner.fakes import FakeExecutor, run_fake_study
 
 
 def rate(studies: int, noise: float, better: float, proof_rounds: int) -> tuple[int, int, float]:
