@@ -101,8 +101,8 @@ def study_plots(app: AppConfig, study: optuna.Study, c: Conclusion, folder: Path
     if app.tuner.objective is ObjectiveName.pareto:
         made.append(plots.pareto_front(study, folder / "pareto_front.png", label))
     if app.tuner.objective is ObjectiveName.capacity:
-        curves = {name: c.proof.probes[lbl] for name, lbl in (("baseline", BASELINE), ("pick", c.pick.label))
-                  if lbl in c.proof.probes}
+        labels = {"baseline": BASELINE} | ({"pick": c.pick.label} if c.pick.label != BASELINE else {})
+        curves = {name: c.proof.probes[label] for name, label in labels.items()}
         made.append(plots.capacity_curve(curves, app.slo.attainment, folder / "capacity.png"))
     made.append(plots.latency_cdf(_latencies(c.proof.rows.get(c.pick.label, ())),
                                   _latencies(c.proof.rows.get(BASELINE, ())), folder / "latency_cdf.png"))
