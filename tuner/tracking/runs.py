@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator, Mapping
 
 from mlflow import MlflowClient
-from mlflow.entities import LifecycleStage, Metric, Param, Run, RunTag
+from mlflow.entities import LifecycleStage, Metric, Param, Run, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 
 from tuner.redact import mask_text
@@ -121,7 +121,19 @@ def log_reason(client: MlflowClient, run_id: str, reason: str) -> None:
     client.log_text(run_id, mask_text(reason), REASON_ARTIFACT)
 
 
+def terminate(client: MlflowClient, run_id: str, state: RunState) -> None:
+    """End a run in `state`, with its end time.
+
+    `MlflowClient.set_terminated` does the same and then, against an HTTP server, prints "View run ... at:
+    <tracking URI>" on stdout: the URI's password included. MLflow's only switch for that line is a
+    process-wide environment variable, so the run is ended through the client's store instead.
+    """
+    store = client._tracking_client.store
+    store.update_run_info(run_id, run_status=RunStatus.from_string(state.value), end_time=int(time.time() * 1000),
+                          run_name=None)
+
+
 def discard(client: MlflowClient, run_id: str) -> None:
     """Close and soft-delete a run that lost a race or is being replaced (hidden from searches)."""
-    client.set_terminated(run_id, RunState.KILLED.value)
+    terminate(client, run_id, RunState.KILLED)
     client.delete_run(run_id)

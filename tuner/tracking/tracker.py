@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
-from mlflow.environment_variables import MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT
 from mlflow.exceptions import MlflowException
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -89,11 +88,8 @@ class Tracker(TrialLogging):
     @functools.cached_property
     def _client(self) -> MlflowClient:
         # Built on first use, after check()'s probe: MlflowClient opens a database store at once,
-        # and MLflow retries an unreachable database for minutes.
-        if self.masked_uri != self.uri:
-            # An HTTP store prints "View run ... at: <tracking URI>/#/..." on stdout whenever a run
-            # ends, the URI's password included; the setting is process-wide (MLflow has no other).
-            MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.set("true")
+        # and MLflow retries an unreachable database for minutes. Runs end through runs.terminate,
+        # which prints no URL (the URI may carry a password).
         return MlflowClient(tracking_uri=self.uri)
 
     @property
@@ -202,7 +198,7 @@ class Tracker(TrialLogging):
         if is_offline(parent_run_id):
             self._offline().finish_study(parent_run_id, state)
             return
-        self._guard(lambda: self._client.set_terminated(parent_run_id, state.value),
+        self._guard(lambda: runs.terminate(self._client, parent_run_id, state),
                     lambda fb: fb.finish_study(parent_run_id, state))
 
     # ---- trials -------------------------------------------------------------------------------
@@ -239,7 +235,7 @@ class Tracker(TrialLogging):
             # The payload goes to the fallback (or the error up); this half-written run must not
             # stay RUNNING.
             with contextlib.suppress(*_STORE_ERRORS):
-                self._client.set_terminated(run_id, RunState.FAILED.value)
+                runs.terminate(self._client, run_id, RunState.FAILED)
             raise
         return run_id
 
@@ -263,7 +259,7 @@ class Tracker(TrialLogging):
                 runs.log_reason(self._client, run_id, reason)
         finally:
             # Close the run even when a write failed, so it never stays RUNNING.
-            self._client.set_terminated(run_id, state.value)
+            runs.terminate(self._client, run_id, state)
 
     def mark_stale_running(self, parent_run_id: str, alive_trial_numbers: Collection[int]) -> list[int]:
         """Close as FAILED ("worker died") every RUNNING child whose trial is not alive; their numbers."""
@@ -280,7 +276,7 @@ class Tracker(TrialLogging):
             if number in alive:
                 continue
             runs.log_reason(self._client, run.info.run_id, WORKER_DIED)
-            self._client.set_terminated(run.info.run_id, RunState.FAILED.value)
+            runs.terminate(self._client, run.info.run_id, RunState.FAILED)
             closed.append(number)
         return sorted(closed)
 

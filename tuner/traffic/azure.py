@@ -44,8 +44,13 @@ def sniff(text: str) -> bool:
         return False
 
 
+def make_parser(hash_block_size: int | None) -> Parser:
+    """The format has no block ids: `hash_block_size` does not apply."""
+    return Parser()
+
+
 class Parser:
-    def __init__(self, hash_block_size: int | None) -> None:
+    def __init__(self) -> None:
         self.columns: tuple[int, int, int] | None = None  # positions of COLUMNS, from the header
         self.width = 0
 

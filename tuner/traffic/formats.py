@@ -1,8 +1,9 @@
 """The traffic formats by name, and detection of a file's format from its first lines.
 
 Each format is a module with `NAME`, `sniff(text) -> bool` (does this line look like mine?) and
-`Parser(hash_block_size)` whose `parse(text)` returns a `ParsedLine`, or None for a line that holds
-no request (a CSV header), and raises `LineError` for a bad line.
+`make_parser(hash_block_size)`, whose parser's `parse(text)` returns a `ParsedLine`, or None for a line
+that holds no request (a CSV header), and raises `LineError` for a bad line. Formats without block
+ids ignore `hash_block_size`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Parser(Protocol):
 
 
 def make_parser(name: str, hash_block_size: int | None) -> Parser:
-    return FORMATS[name].Parser(hash_block_size)
+    return FORMATS[name].make_parser(hash_block_size)
 
 
 def detect(head: Iterable[RawLine], path: str) -> str:

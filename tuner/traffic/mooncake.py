@@ -41,6 +41,10 @@ def sniff(text: str) -> bool:
     return "input_length" in obj or "output_length" in obj
 
 
+def make_parser(hash_block_size: int | None) -> Parser:
+    return Parser(hash_block_size)
+
+
 class Parser:
     def __init__(self, hash_block_size: int | None) -> None:
         self.block_size = hash_block_size or DEFAULT_HASH_BLOCK_SIZE

@@ -54,6 +54,10 @@ def sniff(text: str) -> bool:
     return any(key in obj for key in ("output_tokens", "prompt_tokens", "prompt_token_ids"))
 
 
+def make_parser(hash_block_size: int | None) -> Parser:
+    return Parser(hash_block_size)
+
+
 class Parser:
     def __init__(self, hash_block_size: int | None) -> None:
         self.block_size = hash_block_size or DEFAULT_HASH_BLOCK_SIZE

@@ -62,10 +62,12 @@ def _lookup(obj: dict[str, Any], key: str) -> Any:
     return _MISSING
 
 
-class Parser:
-    def __init__(self, hash_block_size: int | None) -> None:
-        pass  # the format has no block ids
+def make_parser(hash_block_size: int | None) -> Parser:
+    """The format has no block ids: `hash_block_size` does not apply."""
+    return Parser()
 
+
+class Parser:
     def parse(self, text: str) -> ParsedLine:
         obj = parse_object(text)
         stamp = _lookup(obj, "timestamp")
