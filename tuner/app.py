@@ -53,10 +53,18 @@ log = logging.getLogger("pagetune")
 
 
 def _load(app: AppConfig) -> TrafficLoad:
-    limits = engine_limits(app.runtime, model_info(app.runtime.model.name))  # the runtime's rule, every cap
-    return load_traffic(app.traffic, fmt=app.traffic_format.value, on_error=app.replay.on_error.value,
-                        vocab_size=model_info(app.runtime.model.name).vocab_size, max_model_len=limits.max_model_len,
-                        long_prompts=app.replay.long_prompts.value)
+    info = model_info(app.runtime.model.name)
+    limit = engine_limits(app.runtime, info).max_model_len  # the runtime's rule, every cap
+    traffic = load_traffic(app.traffic, fmt=app.traffic_format.value, on_error=app.replay.on_error.value,
+                           vocab_size=info.vocab_size, max_model_len=limit, long_prompts=app.replay.long_prompts.value)
+    if traffic.rejected_share > app.replay.max_rejected_share:
+        raise TrafficError(
+            f"{app.traffic}: {traffic.rejected_too_long} of {traffic.rejected_too_long + len(traffic.requests)} "
+            f"requests ({traffic.rejected_share:.1%}) need more than max_model_len {limit} tokens (prompt + output) "
+            f"and would be rejected, above replay.max_rejected_share {app.replay.max_rejected_share:.0%}: pass "
+            "replay.long_prompts=truncate, or raise runtime.scheduler.max_model_len (the model allows "
+            f"{info.max_position_embeddings})")
+    return traffic
 
 
 def _windows(app: AppConfig, traffic: TrafficLoad) -> tuple[ReplayWindow, ReplayWindow | None, Rates]:

@@ -240,6 +240,7 @@ class ReplayConfig:
     seed: int = 0  # seed of `sample` and of synthesized token ids
     on_error: OnError = OnError["raise"]  # a malformed line: raise (file:line: reason) or skip and count it
     long_prompts: LongPrompts = LongPrompts.reject  # prompts past the model's length: reject or truncate
+    max_rejected_share: float = 0.05  # stop when more of the traffic than this is rejected as too long
 
     def __post_init__(self) -> None:
         _check(self.time_scale > 0, "replay.time_scale", f"must be > 0, got {self.time_scale}")
@@ -250,6 +251,8 @@ class ReplayConfig:
                f"must be >= 1, got {self.max_requests}")
         _check(self.sample is None or 0.0 < self.sample <= 1.0, "replay.sample",
                f"must be in (0, 1], got {self.sample}")
+        _check(0.0 <= self.max_rejected_share <= 1.0, "replay.max_rejected_share",
+               f"must be in [0, 1], got {self.max_rejected_share}")
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,16 @@ def test_help_and_cfg_job_behave_like_hydra(tmp_path):
     cfg = run_tuner([*tuner_args(tmp_path, SAMPLE_TRAFFIC)[:4], "--cfg", "job"], cwd=tmp_path, timeout=120)
     assert cfg.returncode == 0, cfg.stderr[-2000:]
     assert yaml.safe_load(cfg.stdout)["traffic"] == str(SAMPLE_TRAFFIC)
+
+
+def test_traffic_too_long_for_the_model_stops_with_one_line(tmp_path):
+    """3 of 4 requests need more than max_model_len 64: the run stops before any trial, naming the way out."""
+    long = tmp_path / "long.jsonl"
+    long.write_text("".join(f'{{"timestamp": {i}, "prompt_tokens": {n}, "output_tokens": 8}}\n'
+                            for i, n in enumerate((16, 100, 200, 300))))
+    result = run_tuner([*tuner_args(tmp_path, long), "runtime.scheduler.max_model_len=64"], cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {long}: 3 of 4 requests (75.0%) need more than max_model_len 64 tokens (prompt + output) and would "
+        "be rejected, above replay.max_rejected_share 5%: pass replay.long_prompts=truncate, or raise "
+        "runtime.scheduler.max_model_len (the model allows 4096)")

@@ -88,7 +88,7 @@ def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: T
         windows=_windows(*windows), capacity_reading=capacity_reading(app, c, rates), inert=inert,
         search_lines=_search_lines(study),
         max_model_len_candidates=[(m.max_model_len, m.rejected_share)
-                                  for m in max_model_len_candidates(traffic.requests)],
+                                  for m in max_model_len_candidates(traffic.logged_totals)],
         reproduce_command=mask_text("python -m tuner " + " ".join(sys.argv[1:])),
         tracking_uri=mask_url(app.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names)
 

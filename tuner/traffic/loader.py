@@ -110,6 +110,7 @@ class _Run:
         self.ids: dict[str, int] = {}  # request id -> line, to refuse duplicates
         self.skipped: list[SkippedLine] = []
         self.skipped_count = self.rejected = self.truncated = 0
+        self.logged_totals: list[int] = []  # prompt + output of every valid request, kept or not
 
     def take(self, raw: RawLine) -> None:
         if raw.text is not None and not raw.text.strip():
@@ -132,6 +133,7 @@ class _Run:
             prompt = self.factory.realize(parsed.prompt, unique_key)
         except ValueError as e:
             raise LineError(str(e)) from None
+        self.logged_totals.append(prompt_length(prompt) + parsed.output_tokens)
         keep = self._fit(prompt_length(prompt), parsed.output_tokens)
         if keep is None:
             return
@@ -172,7 +174,7 @@ class _Run:
         requests = tuple(TrafficRequest(k.request_id, (k.ns - start) / 10**9, k.tokens, k.output,
                                         f"{path}:{k.line}", k.priority) for k in ordered)
         return TrafficLoad(requests, tuple(self.skipped), self.skipped_count, self.rejected, self.truncated,
-                           out_of_order, name, sha256, self.opts.path)
+                           out_of_order, name, sha256, self.opts.path, tuple(self.logged_totals))
 
     def _why_nothing(self) -> str:
         path = self.opts.path

@@ -63,13 +63,21 @@ class TrafficLoad:
     format: str  # native | mooncake | azure | openai
     sha256: str  # of the file's bytes as stored
     path: str
+    logged_totals: tuple[int, ...] = ()  # prompt + output as logged, of every valid request, kept or not
+
+    @property
+    def rejected_share(self) -> float:
+        """The share of valid requests rejected as longer than max_model_len."""
+        return self.rejected_too_long / max(1, self.rejected_too_long + len(self.requests))
 
     def summary(self) -> str:
-        """One line for logs and reports."""
+        """One line for the console: what was read, and everything dropped or changed, with its share."""
         parts = [f"{len(self.requests)} requests from {self.path} ({self.format}, sha256 {self.sha256[:12]})"]
+        valid = len(self.requests) + self.rejected_too_long
         for count, what in ((self.skipped_count, "bad lines skipped"),
-                            (self.rejected_too_long, "rejected as too long"),
-                            (self.truncated, "truncated"), (self.out_of_order, "out of order, sorted")):
+                            (self.rejected_too_long, "rejected as longer than max_model_len"),
+                            (self.truncated, "truncated to max_model_len"),
+                            (self.out_of_order, "out of order, sorted")):
             if count:
-                parts.append(f"{count} {what}")
+                parts.append(f"{count} {what} ({count / max(1, valid):.1%})")
         return "; ".join(parts)

@@ -34,7 +34,7 @@ def _nearest_rank(ordered: Sequence[int], q: float) -> int:
     return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
-def _check(requests: Sequence[TrafficRequest], qs: Sequence[float]) -> None:
+def _check(requests: Sequence[TrafficRequest] | Sequence[int], qs: Sequence[float]) -> None:
     if not requests:
         raise TrafficError("length statistics need at least one request")
     for q in qs:
@@ -53,14 +53,15 @@ def length_percentiles(requests: Sequence[TrafficRequest],
                                   _nearest_rank(totals, q)) for q in qs)
 
 
-def max_model_len_candidates(requests: Sequence[TrafficRequest], qs: Sequence[float] = (50, 90, 99, 100),
+def max_model_len_candidates(logged_totals: Sequence[int], qs: Sequence[float] = (50, 90, 99, 100),
                              multiple: int = CANDIDATE_MULTIPLE) -> list[MaxLenCandidate]:
-    """Distinct max_model_len values (total-length percentiles rounded up to `multiple`), ascending,
-    each with the share of requests it rejects."""
-    _check(requests, qs)
+    """Distinct max_model_len values (percentiles of prompt + output as logged, rounded up to `multiple`),
+    ascending, each with the share of requests it rejects. Pass every request's logged length
+    (`TrafficLoad.logged_totals`): the ones the load rejected or truncated too."""
+    _check(logged_totals, qs)
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
         raise TrafficError(f"multiple must be an integer >= 1, got {multiple!r}")
-    totals = sorted(r.total_tokens for r in requests)
+    totals = sorted(logged_totals)
     limits = sorted({-(-_nearest_rank(totals, q) // multiple) * multiple for q in qs})
     return [MaxLenCandidate(limit, sum(t > limit for t in totals) / len(totals)) for limit in limits]
 

@@ -30,19 +30,22 @@ def test_total_is_per_request_not_the_sum_of_percentiles():
     assert length_percentiles(mixed, qs=(100,)) == (LengthPercentile(100, 100, 100, 101),)
 
 
+TOTALS = [r.total_tokens for r in REQUESTS]
+
+
 def test_max_model_len_candidates_round_up_and_count_rejections():
-    assert max_model_len_candidates(REQUESTS) == [MaxLenCandidate(256, 0.2), MaxLenCandidate(512, 0.0)]
-    assert max_model_len_candidates(REQUESTS, multiple=16) == [MaxLenCandidate(48, 0.2),
+    assert max_model_len_candidates(TOTALS) == [MaxLenCandidate(256, 0.2), MaxLenCandidate(512, 0.0)]
+    assert max_model_len_candidates(TOTALS, multiple=16) == [MaxLenCandidate(48, 0.2),
                                                                MaxLenCandidate(320, 0.0)]
-    assert max_model_len_candidates(REQUESTS, qs=(20, 60), multiple=1) == [MaxLenCandidate(11, 0.8),
+    assert max_model_len_candidates(TOTALS, qs=(20, 60), multiple=1) == [MaxLenCandidate(11, 0.8),
                                                                           MaxLenCandidate(33, 0.4)]
 
 
 @pytest.mark.parametrize(("call", "message"), [
     (lambda: length_percentiles(()), "length statistics need at least one request"),
     (lambda: length_percentiles(REQUESTS, qs=(0,)), "percentiles must be in (0, 100], got 0"),
-    (lambda: max_model_len_candidates(REQUESTS, qs=(101,)), "percentiles must be in (0, 100], got 101"),
-    (lambda: max_model_len_candidates(REQUESTS, multiple=0), "multiple must be an integer >= 1, got 0"),
+    (lambda: max_model_len_candidates(TOTALS, qs=(101,)), "percentiles must be in (0, 100], got 101"),
+    (lambda: max_model_len_candidates(TOTALS, multiple=0), "multiple must be an integer >= 1, got 0"),
 ])
 def test_stats_errors(call, message):
     with pytest.raises(TrafficError) as e:
