@@ -174,3 +174,20 @@ def test_reset_gives_a_fresh_engine_on_the_same_pool(llama_dir):
     assert run() == first
     assert [c.k.data_ptr() for c in engine.runner.caches] == caches
     assert_drained(llm)
+
+
+def test_a_gpu_partly_held_by_another_process_is_a_clear_error_naming_the_knob(monkeypatch):
+    """A stand-in for what no CPU machine can show: 60 of 140 GiB held elsewhere, 0.9 x 140 GiB asked."""
+    import torch
+
+    from runtime.placement import _check_free
+
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (70 * gib, 140 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 10 * gib)  # this process: the weights
+    with pytest.raises(InsufficientMemoryError) as err:
+        _check_free(140 * gib, 0.9, torch.device("cuda"))
+    assert str(err.value) == (
+        "cache.gpu_memory_utilization: 0.9 x 140.0 GiB = 126.0 GiB is more than this process can have: 60.0 GiB of "
+        "the GPU are held by other processes. Lower cache.gpu_memory_utilization to 0.56 or less, or free the GPU.")
+    _check_free(140 * gib, 0.55, torch.device("cuda"))  # what is left: fine
