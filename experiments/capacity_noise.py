@@ -13,7 +13,8 @@ import argparse
 import random
 import statistics
 import time
-from pathlib import Path
+
+from bench_decode import add_record_args, record
 
 from runtime import EngineConfig
 from tuner.config import ObjectiveName, SloConfig
@@ -28,7 +29,7 @@ def main() -> None:
     parser.add_argument("--ttft", type=float, default=0.3)
     parser.add_argument("--tpot", type=float, default=0.02)
     parser.add_argument("--tol", type=float, default=0.05)
-    parser.add_argument("--record", action="store_true", help="append the table to experiments/RESULTS.md")
+    add_record_args(parser)
     args = parser.parse_args()
     traffic = load_traffic(SAMPLE_TRAFFIC, vocab_size=2048, max_model_len=4096)
     requests = split_windows(select(traffic.requests), 0.2).search
@@ -57,8 +58,7 @@ def main() -> None:
         f"{cv:.1%} | {time.time() - start:.0f} |"])
     print(table)
     if args.record:
-        with open(Path(__file__).with_name("RESULTS.md"), "a", encoding="utf-8") as f:
-            f.write(f"\n{table}\n")
+        record(table + "\n", args.results)
 
 
 if __name__ == "__main__":

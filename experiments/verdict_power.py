@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.tuner.fakes: in the repository, not the package
 
 import optuna
+from bench_decode import add_record_args, record
 
 from tests.tuner.fakes import FakeExecutor, run_fake_study
 
@@ -42,7 +43,7 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=0.08)
     parser.add_argument("--better", type=float, nargs="+", default=[1.0, 1.2])
     parser.add_argument("--proof-rounds", type=int, nargs="+", default=[4, 6, 8])
-    parser.add_argument("--record", action="store_true", help="append the table to experiments/RESULTS.md")
+    add_record_args(parser)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore")
@@ -59,8 +60,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.record:
-        with open(Path(__file__).with_name("RESULTS.md"), "a", encoding="utf-8") as f:
-            f.write(f"\n{table}\n")
+        record(table + "\n", args.results)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
+
+from bench_decode import add_record_args, record
 
 from runtime import EngineConfig
 from tuner.config import ObjectiveName, SloConfig
@@ -48,7 +49,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument("--record", action="store_true", help="append the table to experiments/RESULTS.md")
+    add_record_args(parser)
     args = parser.parse_args()
     config = EngineConfig.from_flat(args.model, max_model_len=args.max_model_len)
     traffic = load_traffic(args.traffic, vocab_size=128256 if args.model != "tiny" else 2048,
@@ -63,8 +64,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.record:
-        with open(Path(__file__).with_name("RESULTS.md"), "a", encoding="utf-8") as f:
-            f.write(f"\n{table}\n")
+        record(table + "\n", args.results)
 
 
 if __name__ == "__main__":
