@@ -141,7 +141,8 @@ def _prepare_and_tune(app, identity: StudyIdentity, traffic, search, held_out, r
     parent = tracker.start_study(identity.name, OmegaConf.to_yaml(cfg),
                                  {"pagetune.traffic_sha256": traffic.sha256,
                                   "pagetune.fingerprint": identity.fingerprint,
-                                  "pagetune.storage": mask_url(app.storage.url)})
+                                  "pagetune.storage": mask_url(app.storage.url)},
+                                 identity.params())
     try:
         return _tune(app, identity, space, baseline, traffic, search, held_out, rates, executor, tracker, parent,
                      console, hardware, out_dir)

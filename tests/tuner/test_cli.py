@@ -70,6 +70,9 @@ def check_mlflow(tmp: Path, study: str, n_trials: int) -> None:
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"best.yaml", "vllm.yaml", "report.md"} <= parent_files
     assert parents[0].data.tags["pagetune.verdict"]
+    params = parents[0].data.params  # what the study measures
+    assert {"fingerprint", "traffic_sha256", "objective", "slo.ttft_s", "baseline", "model"} <= set(params)
+    assert client.get_experiment_by_name("pagetune").tags["mlflow.experimentKind"] == "custom_model_development"
 
 
 @pytest.mark.parametrize("kind", ["native", "openai", "azure", "mooncake"])

@@ -36,6 +36,19 @@ class StudyIdentity(NamedTuple):
     fingerprint: str  # sha256 hex of `parts`
     parts: dict[str, Any]  # what the study measures, by name
 
+    def params(self) -> dict[str, Any]:
+        """What the study measures, flat (`slo.ttft_s`): the MLflow parent run's params. The search space and
+        the runtime config are in the parent's config artifact; their part of the fingerprint is here."""
+        flat: dict[str, Any] = {"fingerprint": self.fingerprint}
+        for key, value in self.parts.items():
+            if key in ("space", "runtime"):
+                flat[f"{key}_sha256"] = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+            elif isinstance(value, dict):
+                flat |= {f"{key}.{k}": v for k, v in value.items()}
+            else:
+                flat[key] = value
+        return flat
+
     def bind(self, study: optuna.Study, resume: ResumeMode) -> None:
         """Stamp a new study, or check a resumed one (force: record the override and go on)."""
         attrs = study.user_attrs

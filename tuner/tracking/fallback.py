@@ -51,10 +51,11 @@ class FallbackTracker(TrialLogging):
             f.flush()
             os.fsync(f.fileno())
 
-    def start_study(self, study_name: str, config_yaml: str, tags: Mapping[str, Any]) -> str:
+    def start_study(self, study_name: str, config_yaml: str, tags: Mapping[str, Any],
+                    params: Mapping[str, Any] | None = None) -> str:
         run_id = f"{OFFLINE_PREFIX}{study_name}"
         self._append("study_start", {"run_id": run_id, "study": study_name, "config_yaml": config_yaml,
-                                     "tags": dict(tags), "reason": self.reason})
+                                     "tags": dict(tags), "params": dict(params or {}), "reason": self.reason})
         return run_id
 
     def begin_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],

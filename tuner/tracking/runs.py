@@ -39,12 +39,17 @@ _METRICS_PER_BATCH = 1000
 _PAGE = 1000
 
 
+# MLflow 3's UI opens an experiment on its GenAI overview unless the experiment says what it holds.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def get_or_create_experiment(client: MlflowClient, name: str, artifact_location: str | None) -> str:
-    """The experiment's id; created if missing (racing workers: the loser reads the winner's)."""
+    """The experiment's id; created if missing (racing workers: the loser reads the winner's), marked as
+    model development so the UI opens on its runs."""
     found = client.get_experiment_by_name(name)
     if found is None:
         try:
-            return client.create_experiment(name, artifact_location)
+            return client.create_experiment(name, artifact_location, tags=EXPERIMENT_KIND)
         except MlflowException:
             found = client.get_experiment_by_name(name)
             if found is None:

@@ -139,12 +139,15 @@ class Tracker(TrialLogging):
 
     # ---- study --------------------------------------------------------------------------------
 
-    def start_study(self, study_name: str, config_yaml: str, tags: Mapping[str, Any]) -> str:
-        """The id of the study's one parent run, found (resume, other workers) or created."""
-        return self._guard(lambda: self._start_study(study_name, config_yaml, tags),
-                           lambda fb: fb.start_study(study_name, config_yaml, tags))
+    def start_study(self, study_name: str, config_yaml: str, tags: Mapping[str, Any],
+                    params: Mapping[str, Any] | None = None) -> str:
+        """The id of the study's one parent run, found (resume, other workers) or created with `params`
+        (what the study measures: they never change for a study, so a resume finds them already there)."""
+        return self._guard(lambda: self._start_study(study_name, config_yaml, tags, params or {}),
+                           lambda fb: fb.start_study(study_name, config_yaml, tags, params))
 
-    def _start_study(self, study_name: str, config_yaml: str, tags: Mapping[str, Any]) -> str:
+    def _start_study(self, study_name: str, config_yaml: str, tags: Mapping[str, Any],
+                     params: Mapping[str, Any]) -> str:
         experiment_id = self._experiment()
         parent = self._settled_parent(experiment_id, study_name)
         if parent is not None:
@@ -156,6 +159,7 @@ class Tracker(TrialLogging):
         winner = self._settled_parent(experiment_id, study_name)
         if winner is None or winner.info.run_id == mine:
             self._client.log_text(mine, mask_text(config_yaml), CONFIG_ARTIFACT)
+            runs.log_params(self._client, mine, params_to_strings(params).values)
             return mine
         runs.discard(self._client, mine)  # a concurrent worker's parent is older: use it
         return winner.info.run_id
