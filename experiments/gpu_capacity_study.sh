@@ -18,6 +18,6 @@ timeout $seconds python3 -m tuner +traffic=$OLDPWD/.traces/$trace model=llama3-8
 echo "exit ${PIPESTATUS[0]}; wall seconds: $(( $(date +%s) - start ))" | tee -a $OUT/$name.txt
 cp out/report.md $OUT/$name-report.md 2>/dev/null; cp out/best.yaml $OUT/$name-best.yaml 2>/dev/null
 cp out/vllm.yaml $OUT/$name-vllm.yaml 2>/dev/null; cp out/plots/capacity.png $OUT/$name-capacity.png 2>/dev/null
-cp out/trials.log $OUT/$name-trials.log 2>/dev/null
+cp out/pagetune.log $OUT/$name.log 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a $OUT/$name.txt
 python3 -c "import torch, triton, optuna; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__)" | tee -a $OUT/$name.txt

@@ -10,9 +10,11 @@ This process never imports torch: trials run in the worker (tuner.trials.supervi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -30,7 +32,7 @@ from tuner.results.export import write_exports
 from tuner.results.report import render_report
 from tuner.results.summary import export_metadata, report_inputs, study_plots, summary_lines
 from tuner.search.baseline import baseline_config
-from tuner.search.identity import StudyIdentity, study_identity
+from tuner.search.identity import study_identity
 from tuner.search.objective import Rates, TrialRunner
 from tuner.search.space import SearchSpace
 from tuner.search.study import open_study, run_search, trials_counted
@@ -47,7 +49,7 @@ from tuner.traffic import (
     select,
     split_windows,
 )
-from tuner.trials.supervisor import WorkerSupervisor
+from tuner.trials.supervisor import WorkerStartError, WorkerSupervisor
 
 log = logging.getLogger("pagetune")
 
@@ -96,74 +98,102 @@ def _mask_hydra_record(hydra: DictConfig) -> None:
             os.replace(tmp, path)
 
 
+class Refused(Exception):
+    """The job stops before its first trial: one line says why, and the output folder is removed."""
+
+
 def run(cfg: DictConfig) -> int:
     _mask_hydra_record(HydraConfig.get())
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours (tuner.console)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # RDB heartbeats
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        return _job(cfg, out_dir)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        _discard_output(out_dir)
+        return 2
+
+
+def _discard_output(out_dir: Path) -> None:
+    """Remove what this run put in its output folder before it stopped (Hydra's record, the log), and the
+    folder when that leaves it empty: a refused command leaves no litter. Nothing else is touched."""
+    shutil.rmtree(out_dir / ".hydra", ignore_errors=True)
+    (out_dir / "pagetune.log").unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        out_dir.rmdir()
+
+
+def _inputs(cfg: DictConfig) -> tuple[AppConfig, TrafficLoad, ReplayWindow, ReplayWindow | None, Rates]:
     try:
         app = load_app_config(cfg)
         traffic = _load(app)
-        search, held_out, rates = _windows(app, traffic)
+        return (app, traffic, *_windows(app, traffic))
     except (TunerConfigError, TrafficError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
-    console = Console(out_dir / "trials.log")
+        raise Refused(str(e)) from None
+
+
+def _job(cfg: DictConfig, out_dir: Path) -> int:
+    app, traffic, search, held_out, rates = _inputs(cfg)
+    console = Console()
     console.line(f"traffic: {traffic.summary()}")
-    identity = study_identity(app, traffic.sha256)
     executor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb)
     try:
-        return _prepare_and_tune(app, identity, traffic, search, held_out, rates, executor, console, cfg, out_dir)
+        hardware = executor.describe(app.runtime)
+        try:
+            space = SearchSpace.from_config(app.search, app.runtime.inert_fields(hardware.device_type))
+            baseline, source = baseline_config(app, hardware, space)
+        except (TunerConfigError, ConfigError) as e:
+            raise Refused(str(e)) from None
+        console.line(f"device: {hardware.summary} ({hardware.versions}); baseline: {source}")
+        if space.inert:
+            console.line(f"not searched, no effect on {hardware.device_type}: {', '.join(space.inert)}")
+        return _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor, console, hardware,
+                      out_dir)
+    except WorkerStartError as e:
+        raise Refused(str(e)) from None
     finally:
         executor.close()
         console.close()
 
 
-def _prepare_and_tune(app, identity: StudyIdentity, traffic, search, held_out, rates, executor, console, cfg,
-                      out_dir: Path) -> int:
-    hardware = executor.describe(app.runtime)
-    try:
-        space = SearchSpace.from_config(app.search, app.runtime.inert_fields(hardware.device_type))
-        baseline, source = baseline_config(app, hardware, space)
-    except (TunerConfigError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    console.line(f"device: {hardware.summary} ({hardware.versions}); baseline: {source}")
-    if space.inert:
-        console.line(f"not searched, no effect on {hardware.device_type}: {', '.join(space.inert)}")
+def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor, console, hardware,
+           out_dir: Path) -> int:
+    """Tracking checked, the study opened (refused if it measures something else), then the parent run."""
     try:
         with store_lock(app.tracking.uri, "mlflow-tables"):  # workers starting together on a fresh store
             tracker = Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
                               fallback_path=out_dir / "tracking-fallback.jsonl").check()
     except TrackingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    parent = tracker.start_study(identity.name, OmegaConf.to_yaml(cfg),
-                                 {"pagetune.traffic_sha256": traffic.sha256,
-                                  "pagetune.fingerprint": identity.fingerprint,
-                                  "pagetune.storage": mask_url(app.storage.url)},
-                                 identity.params())
-    try:
-        return _tune(app, identity, space, baseline, traffic, search, held_out, rates, executor, tracker, parent,
-                     console, hardware, out_dir)
-    except BaseException:
-        tracker.finish_study(parent, RunState.FAILED)
-        raise
+        raise Refused(str(e)) from None
+    identity = study_identity(app, traffic.sha256)
+    parent: list[str] = []  # the parent run, once started: stale trials found before that have no MLflow run
 
-
-def _tune(app, identity, space, baseline, traffic, search, held_out, rates, executor, tracker, parent, console,
-          hardware, out_dir: Path) -> int:
     def on_stale(study, stale):
         optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=app.storage.max_retry)(study, stale)
         alive = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
-        tracker.mark_stale_running(parent, alive - {stale.number})
+        if parent:
+            tracker.mark_stale_running(parent[0], alive - {stale.number})
 
     try:
         study = open_study(app, identity, space, space.values_of(baseline), on_stale)
     except TunerConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        tracker.finish_study(parent, RunState.FAILED)
-        return 2
+        raise Refused(str(e)) from None
+    parent.append(tracker.start_study(identity.name, OmegaConf.to_yaml(cfg),
+                                      {"pagetune.traffic_sha256": traffic.sha256,
+                                       "pagetune.fingerprint": identity.fingerprint,
+                                       "pagetune.storage": mask_url(app.storage.url)},
+                                      identity.params()))
+    try:
+        return _tune(app, study, space, baseline, traffic, search, held_out, rates, executor, tracker, parent[0],
+                     console, hardware, on_stale, out_dir)
+    except BaseException:
+        tracker.finish_study(parent[0], RunState.FAILED)
+        raise
+
+
+def _tune(app, study, space, baseline, traffic, search, held_out, rates, executor, tracker, parent, console,
+          hardware, on_stale, out_dir: Path) -> int:
     console.start_trials(app.tuner.n_trials, min(trials_counted(study), app.tuner.n_trials), len(search.requests))
     heartbeat = None
     if app.storage.backend.value == "journal":

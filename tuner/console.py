@@ -1,13 +1,18 @@
 """What the user sees while a study runs: progress bars, one line per trial, the closing summary.
-Every line printed is also appended to `trials.log` in the output folder."""
+
+Lines go to the `pagetune` logger: Hydra's job logging prints them (plain) and appends them, with
+their time, to `pagetune.log` in the output folder. While the bars are up, every log record (MLflow's
+and Optuna's too) is written above them instead of through them.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TextIO
+import contextlib
+import logging
 
 import optuna
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tuner.redact import mask_text
 from tuner.search.space import is_baseline
@@ -35,24 +40,25 @@ def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[s
     return f"{head}: {outcome.status.value.upper()}: {mask_text(outcome.reason or '')} [{knobs}]"
 
 
+log = logging.getLogger("pagetune")
+
+
 class Console:
-    def __init__(self, log_path: Path) -> None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log: TextIO = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+    def __init__(self) -> None:
+        self._redirect = contextlib.ExitStack()  # log records above the bars while they are up
         self._trials: tqdm | None = None
         self._replay: tqdm | None = None
         self._label = ""  # the replay the replay bar shows
 
     def line(self, text: str) -> None:
-        tqdm.write(text)
-        self._log.write(text + "\n")
-        self._log.flush()
+        log.info(text)
 
     def lines(self, texts: list[str]) -> None:
         for text in texts:
             self.line(text)
 
     def start_trials(self, total: int, done: int, requests: int) -> None:
+        self._redirect.enter_context(logging_redirect_tqdm())
         self._trials = tqdm(total=total, initial=done, desc="trials", unit="trial", position=0)
         self._replay = tqdm(total=requests, desc="replay", unit="req", position=1, leave=False)
 
@@ -78,10 +84,10 @@ class Console:
             if bar is not None:
                 bar.close()
         self._trials = self._replay = None
+        self._redirect.close()
 
     def bar(self, total: int, desc: str) -> tqdm:
         return tqdm(total=total, desc=desc, unit="measurement", leave=False)
 
     def close(self) -> None:
         self.end_trials()
-        self._log.close()

@@ -48,7 +48,8 @@ def check_exports(out: Path, stdout: str) -> EngineConfig:
     assert "## Selection: fresh replays of the search window" in report and "## Proof: the " in report
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
         "capacity.png", "latency_cdf.png", "optimization_history.png", "param_importances.png"]
-    assert (out / "trials.log").read_text().count("\ntrial ") + 1 >= 2  # every trial line saved
+    log = (out / "pagetune.log").read_text()  # every console line, with its time and source
+    assert log.count("[pagetune][INFO] - trial ") >= 2 and f"Verdict: {best.metadata['verdict']}." in log
     return best
 
 
@@ -93,6 +94,7 @@ def test_missing_traffic_is_a_one_line_error(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: traffic is not set: pass the request log, e.g. `python -m tuner +traffic=logs.jsonl`")
+    assert not (tmp_path / "out-t").exists()  # a refused command leaves no output folder
 
 
 def test_bad_traffic_line_names_file_and_line(tmp_path):
@@ -123,3 +125,4 @@ def test_traffic_too_long_for_the_model_stops_with_one_line(tmp_path):
         f"error: {long}: 3 of 4 requests (75.0%) need more than max_model_len 64 tokens (prompt + output) and would "
         "be rejected, above replay.max_rejected_share 5%: pass replay.long_prompts=truncate, or raise "
         "runtime.scheduler.max_model_len (the model allows 4096)")
+    assert not (tmp_path / "out-t").exists()

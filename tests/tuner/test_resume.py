@@ -32,6 +32,23 @@ def test_rerun_with_a_larger_budget_continues_the_study(tmp_path):
     assert len(parents) == 1 and len(children) == 3
 
 
+def test_a_named_study_is_not_resumed_on_other_traffic(tmp_path):
+    first = run_tuner(tuner_args(tmp_path, SAMPLE_TRAFFIC, study="named"), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    other = tmp_path / "other.jsonl"
+    other.write_text(SAMPLE_TRAFFIC.read_text().replace('"output_tokens": 4', '"output_tokens": 5'))
+    args = [a for a in tuner_args(tmp_path, other, study="named") if not a.startswith("hydra.run.dir=")]
+    refused = run_tuner([*args, f"hydra.run.dir={tmp_path}/out-refused"], cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "error: tuner.study_name: study 'named' was made with other settings (traffic_sha256 differ); pick another "
+        "tuner.study_name (or leave it unset), or resume it anyway with tuner.resume=force")
+    assert not (tmp_path / "out-refused").exists()
+    assert len(study_trials(tmp_path, "named")) == 2  # nothing ran on the wrong traffic
+    _, parents, _ = mlflow_runs(tmp_path, "named")
+    assert [p.info.status for p in parents] == ["FINISHED"]  # the study's own parent run is untouched
+
+
 def _trial_1_run_is_open(tmp_path) -> bool:
     try:
         _, _, children = mlflow_runs(tmp_path, "k")

@@ -2,7 +2,9 @@
 
 Used to enqueue the study's baseline exactly once and to create MLflow's tables once.
 PostgreSQL: a session-level advisory lock (workers may be on several machines).
-SQLite or a journal file: an flock on a file beside it (workers on one machine).
+SQLite or a journal file: a byte-range lock (fcntl) in one file beside it, `<store>.lock`, one byte
+per lock name (workers on one machine); the file stays, as SQLite's own journal does, since removing a
+lock file another process may be waiting on would break the lock.
 Other stores (an MLflow server over HTTP) serialise on their own: no lock.
 """
 
@@ -36,13 +38,13 @@ def _advisory(url: str, key: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
+def _range_lock(path: Path, offset: int) -> Iterator[None]:
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.lockf(handle, fcntl.LOCK_EX, 1, offset, 0)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.lockf(handle, fcntl.LOCK_UN, 1, offset, 0)
 
 
 def store_lock(url: str, name: str) -> contextlib.AbstractContextManager[None]:
@@ -58,4 +60,4 @@ def store_lock(url: str, name: str) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
     else:
         path = Path(url)
-    return _flock(path.with_name(f"{path.name}.{_key(name) & 0xFFFF:04x}.lock"))
+    return _range_lock(path.with_name(f"{path.name}.lock"), _key(name) & 0xFFFF)

@@ -18,6 +18,11 @@ from runtime import EngineConfig
 from tuner.traffic import TrafficRequest
 from tuner.trials.job import Hardware, Probe, TrialJob, TrialOutcome, TrialStatus
 
+
+class WorkerStartError(RuntimeError):
+    """The worker process died before it could serve a trial (its own traceback is above, on stderr)."""
+
+
 OnProgress = Callable[[int, float, int, int], None]  # (probe number, rate scale, requests done, requests)
 OnCheckpoint = Callable[[Probe], bool]  # the first capacity probe -> keep going?
 
@@ -91,8 +96,12 @@ class WorkerSupervisor:
     def describe(self, config: EngineConfig) -> Hardware:
         """The device the worker runs `config` on (it starts the worker, so the first trial does not)."""
         self._ensure()
-        self._conn.send(("describe", config))
-        return self._conn.recv()[1]
+        try:
+            self._conn.send(("describe", config))
+            return self._conn.recv()[1]
+        except (BrokenPipeError, EOFError, ConnectionResetError, OSError):
+            code = self._died().reason
+            raise WorkerStartError(f"the trial worker could not start ({code}); its error is printed above") from None
 
     def run(self, job: TrialJob, requests: Sequence[TrafficRequest], on_progress: OnProgress,
             on_checkpoint: OnCheckpoint, timeout_s: float) -> TrialOutcome:
