@@ -214,7 +214,7 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
         bar.close()
     plot_paths = study_plots(app, study, c, out_dir / "plots")
     inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
-                           [p.name for p in plot_paths])
+                           [p.name for p in plot_paths], list(HydraConfig.get().overrides.task))
     paths = write_exports(out_dir, runtime=c.exported.config.to_dict(),
                           metadata=export_metadata(app, study, c, traffic, hardware.summary),
                           report_md=render_report(inputs))

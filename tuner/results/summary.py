@@ -4,7 +4,6 @@ console's closing summary (the report's headline, word for word), and best.yaml'
 from __future__ import annotations
 
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,9 +77,16 @@ def _notes(study: optuna.Study, c: Conclusion, traffic: TrafficLoad) -> list[str
     return notes
 
 
+def reproduce_command(overrides: Sequence[str], study_name: str) -> str:
+    """The command that reruns this study: its overrides, with the study named (a rerun resumes it, and
+    with its budget spent, measures the conclusion again)."""
+    named = [o for o in overrides if not o.startswith(("tuner.study_name=", "hydra.run.dir="))]
+    return mask_text(" ".join(["python -m tuner", *named, f"tuner.study_name={study_name}"]))
+
+
 def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad, rates: Rates,
                   windows: tuple[ReplayWindow, ReplayWindow | None], inert: Sequence[str],
-                  plot_names: Sequence[str]) -> ReportInputs:
+                  plot_names: Sequence[str], overrides: Sequence[str]) -> ReportInputs:
     return ReportInputs(
         study_name=study.study_name, conclusion=c, objective=app.tuner.objective.value, slo=_slo(app),
         traffic=f"{Path(traffic.path).name} ({traffic.format}, {len(traffic.requests)} requests, "
@@ -89,7 +95,7 @@ def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: T
         search_lines=_search_lines(study),
         max_model_len_candidates=[(m.max_model_len, m.rejected_share)
                                   for m in max_model_len_candidates(traffic.logged_totals)],
-        reproduce_command=mask_text("python -m tuner " + " ".join(sys.argv[1:])),
+        reproduce_command=reproduce_command(overrides, study.study_name),
         tracking_uri=mask_url(app.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names)
 
 

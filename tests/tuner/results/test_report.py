@@ -126,3 +126,12 @@ def test_report_of_no_significant_improvement_exports_the_baseline():
     assert lines[3] == "- Capacity of the exported config on the proof window: 10 req/s (median of 4 rounds)"
     assert "| 4 | - | 10.5 | - |" in render_report(inputs(c)).splitlines()
     assert c.exported is BASE and c.runner_up is PICK
+
+
+def test_reproduce_command_names_the_study_and_masks_secrets():
+    from tuner.results.summary import reproduce_command
+
+    command = reproduce_command(["+traffic=logs.jsonl", "tuner.n_trials=6", "hydra.run.dir=/tmp/x",
+                                 "storage.url=postgresql+psycopg://u:pw@db/optuna"], "logs-1a2b3c4d")
+    assert command == ("python -m tuner +traffic=logs.jsonl tuner.n_trials=6 "
+                       "storage.url=postgresql+psycopg://u:***@db/optuna tuner.study_name=logs-1a2b3c4d")
