@@ -3,8 +3,9 @@
 Used to enqueue the study's baseline exactly once and to create MLflow's tables once.
 PostgreSQL: a session-level advisory lock (workers may be on several machines).
 SQLite or a journal file: a byte-range lock (fcntl) in one file beside it, `<store>.lock`, one byte
-per lock name (workers on one machine); the file stays, as SQLite's own journal does, since removing a
-lock file another process may be waiting on would break the lock.
+per lock name (workers on one machine). The last holder removes the file: it does so only while it
+holds the whole file (nobody else holds a byte), and a process that waited on a file since removed
+sees that its file is no longer the one at the path and locks the new one.
 Other stores (an MLflow server over HTTP) serialise on their own: no lock.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,12 +41,36 @@ def _advisory(url: str, key: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _range_lock(path: Path, offset: int) -> Iterator[None]:
-    with open(path, "a") as handle:
+    while True:
+        handle = open(path, "a")  # noqa: SIM115 (closed below, after the unlock)
         fcntl.lockf(handle, fcntl.LOCK_EX, 1, offset, 0)
-        try:
-            yield
-        finally:
-            fcntl.lockf(handle, fcntl.LOCK_UN, 1, offset, 0)
+        if _is_at(handle, path):
+            break
+        handle.close()  # the file was removed while this process waited: lock the one at the path now
+    try:
+        yield
+    finally:
+        fcntl.lockf(handle, fcntl.LOCK_UN, 1, offset, 0)
+        _remove_if_unused(handle, path)
+        handle.close()
+
+
+def _is_at(handle, path: Path) -> bool:
+    """Whether the open file is still the one at `path` (not removed, not replaced)."""
+    try:
+        return path.stat().st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _remove_if_unused(handle, path: Path) -> None:
+    try:
+        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB, 0, 0, 0)  # the whole file: free only if no one holds
+    except OSError:
+        return  # another process holds a lock in it: it removes the file when it is done
+    if _is_at(handle, path):
+        path.unlink()
+    fcntl.lockf(handle, fcntl.LOCK_UN, 0, 0, 0)
 
 
 def store_lock(url: str, name: str) -> contextlib.AbstractContextManager[None]:
