@@ -67,6 +67,9 @@ def check_mlflow(tmp: Path, study: str, n_trials: int) -> None:
             assert "latencies.csv" in artifacts
         if child.info.status == "KILLED":  # stopped at the incumbent's capacity: partial figures only
             assert "capacity_rps" not in child.data.metrics and "goodput_rps" not in child.data.metrics
+            assert child.data.tags["pagetune.trial_status"] == "pruned"
+        if "capacity_rps" in child.data.metrics:
+            assert child.data.tags["pagetune.trial_status"] == "ok"
     assert any("capacity_rps" in c.data.metrics for c in children)
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"best.yaml", "vllm.yaml", "report.md"} <= parent_files

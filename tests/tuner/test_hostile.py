@@ -174,7 +174,7 @@ def test_unreachable_tracking_fails_fast_and_masks_the_password(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == error[0]
     assert elapsed < 30, f"took {elapsed:.1f} s (interpreter start and imports are most of it)"
     assert not (tmp_path / "optuna.db").exists()  # stopped before the study was opened: no trial ran
-    assert (tmp_path / "out-t" / ".hydra" / "overrides.yaml").exists()
+    assert not (tmp_path / "out-t").exists()  # refused before any trial: no output folder (nor its record)
     assert SECRET not in result.stdout + result.stderr
     assert _files_holding(tmp_path, SECRET) == []
 

@@ -35,6 +35,7 @@ from tuner.trials.supervisor import Executor
 __all__ = ["FAILED", "Rates", "TrialRunner", "feasible", "plan_for", "trial_metrics"]
 
 FAILED = (TrialStatus.error, TrialStatus.oom, TrialStatus.timeout, TrialStatus.died)
+STATUS_TAG = "pagetune.trial_status"  # ok | infeasible | pruned | error | oom | timeout | died, on each child run
 
 
 class Rates(NamedTuple):
@@ -124,7 +125,8 @@ class TrialRunner:
         metrics = trial_metrics(self.app, outcome, self.rates)
         self._record(trial, outcome, config, metrics)
         self.tracker.end_trial(run_id, metrics, _run_state(outcome.status), outcome.reason,
-                               list(outcome.measurement.latency_rows) if outcome.measurement else [])
+                               list(outcome.measurement.latency_rows) if outcome.measurement else [],
+                               {STATUS_TAG: outcome.status.value})
         if self.on_trial_end:
             self.on_trial_end(trial, outcome, metrics)
         if outcome.status in FAILED:

@@ -68,10 +68,11 @@ class FallbackTracker(TrialLogging):
         return run_id
 
     def end_trial(self, run_id: str, metrics: Mapping[str, float], state: RunState | str,
-                  reason: str | None, latency_rows: Sequence[Mapping[str, Any]]) -> None:
+                  reason: str | None, latency_rows: Sequence[Mapping[str, Any]],
+                  tags: Mapping[str, Any] | None = None) -> None:
         state = RunState(state)
-        self._append("trial_end", {"run_id": run_id, "metrics": dict(metrics), "state": state,
-                                   "reason": reason, "latency_rows": [dict(r) for r in latency_rows]})
+        self._append("trial_end", {"run_id": run_id, "metrics": dict(metrics), "state": state, "reason": reason,
+                                   "latency_rows": [dict(r) for r in latency_rows], "tags": dict(tags or {})})
         if not self.warned:  # the banner once per tracker; every payload is in the file anyway
             logger.warning("MLflow tracking is disabled: trial payloads go to %s (first: %s %s)", self.path, run_id,
                            state.value)

@@ -244,18 +244,21 @@ class Tracker(TrialLogging):
         return run_id
 
     def end_trial(self, run_id: str, metrics: Mapping[str, float], state: RunState | str,
-                  reason: str | None, latency_rows: Sequence[Mapping[str, Any]]) -> None:
-        """Log the trial's results and close its run in ``state``."""
+                  reason: str | None, latency_rows: Sequence[Mapping[str, Any]],
+                  tags: Mapping[str, Any] | None = None) -> None:
+        """Log the trial's results (and `tags`, e.g. its status) and close its run in ``state``."""
         state = RunState(state)
         if is_offline(run_id):
-            self._offline().end_trial(run_id, metrics, state, reason, latency_rows)
+            self._offline().end_trial(run_id, metrics, state, reason, latency_rows, tags)
             return
-        self._guard(lambda: self._end_trial(run_id, metrics, state, reason, latency_rows),
-                    lambda fb: fb.end_trial(run_id, metrics, state, reason, latency_rows))
+        self._guard(lambda: self._end_trial(run_id, metrics, state, reason, latency_rows, tags or {}),
+                    lambda fb: fb.end_trial(run_id, metrics, state, reason, latency_rows, tags))
 
     def _end_trial(self, run_id: str, metrics: Mapping[str, float], state: RunState, reason: str | None,
-                   latency_rows: Sequence[Mapping[str, Any]]) -> None:
+                   latency_rows: Sequence[Mapping[str, Any]], tags: Mapping[str, Any]) -> None:
         try:
+            if tags:
+                runs.log_tags(self._client, run_id, tags_to_strings(tags))
             runs.log_metrics(self._client, run_id, metrics)
             if latency_rows:
                 self._client.log_text(run_id, latency_csv(latency_rows), LATENCY_ARTIFACT)

@@ -161,7 +161,7 @@ def test_a_replay_stops_only_once_its_failure_is_certain():
 def test_every_replay_starts_from_a_reset_engine():
     """The same window twice on one engine: identical prefix hits and outputs (nothing cached carried over)."""
     engine, clock = tiny_engine()
-    shared = tuple(request(f"p{i}", 0.01 * i, 32, 3, first_id=10) for i in range(4))  # one 32-token prompt
+    shared = tuple(request(f"p{i}", 1.0 * i, 32, 3, first_id=10) for i in range(4))  # one prompt, 1 s apart
     first, second = replay(engine, clock, shared), replay(engine, clock, shared)
     hits = [[(r.request_id, r.cached_tokens, r.output_tokens) for r in res.records] for res in (first, second)]
     assert hits[0] == hits[1] and sum(c for _, c, _ in hits[0]) > 0
