@@ -15,7 +15,7 @@ from typing import Any
 
 from runtime import EngineConfig
 from tuner.config import AppConfig, BaselineName
-from tuner.search.space import SearchSpace
+from tuner.search.space import SearchSpace, set_path
 from tuner.trials.job import Hardware
 from tuner.vllm import serve_defaults
 
@@ -39,9 +39,5 @@ def baseline_config(app: AppConfig, hardware: Hardware, space: SearchSpace) -> t
 def _with(config: EngineConfig, dotted: dict[str, Any]) -> EngineConfig:
     data = config.to_dict()
     for key, value in dotted.items():
-        *sections, leaf = key.split(".")
-        node = data
-        for part in sections:
-            node = node[part]
-        node[leaf] = value
+        set_path(data, key, value)
     return EngineConfig.from_mapping(data)

@@ -43,7 +43,8 @@ from optuna.distributions import (
 from runtime import ConfigError, EngineConfig
 from tuner.config import ParamConfig, SearchConfig, TunerConfigError
 
-__all__ = ["BASELINE_ATTR", "LONG_TIER_MAX_LEN", "TIER_FIELDS", "Knob", "KnobMode", "SearchSpace", "is_baseline"]
+__all__ = ["BASELINE_ATTR", "LONG_TIER_MAX_LEN", "TIER_FIELDS", "Knob", "KnobMode", "SearchSpace", "is_baseline",
+           "set_path"]
 
 BASELINE_ATTR = "pagetune.baseline"  # trial user attr: {knob name: value} of the baseline trial
 TIER_FIELDS = ("enabled", "boundary", "short_block_size", "long_block_size", "short_share")
@@ -129,12 +130,12 @@ class SearchSpace:
                     raise TunerConfigError(f"knob {knob.name!r} is inactive: it applies only when {parent} is "
                                            f"{equals!r} (knob values {dict(values)})")
                 if section == "runtime":
-                    _set_path(out, key, _get_path(_DEFAULTS, key))
+                    set_path(out, key, _get_path(_DEFAULTS, key))
             elif knob.name in values:
                 if section == "tiers":
                     tiers[key] = values[knob.name]
                 else:
-                    _set_path(out, key, values[knob.name])
+                    set_path(out, key, values[knob.name])
         if "enabled" in tiers:
             out["cache"]["block_tiers"] = _make_tiers(tiers)
         try:
@@ -305,7 +306,8 @@ def _get_path(runtime: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
-def _set_path(runtime: dict[str, Any], dotted: str, value: Any) -> None:
+def set_path(runtime: dict[str, Any], dotted: str, value: Any) -> None:
+    """Put `value` at the dotted path of a nested runtime dict (`cache.block_size`)."""
     *sections, leaf = dotted.split(".")
     node = runtime
     for part in sections:

@@ -88,7 +88,11 @@ def _slo_load(ratios: list[float], requests: int, slo: SloConfig) -> float:
 
 def summarize(result: ReplayResult, slo: SloConfig, peak_memory_gb: float) -> dict[str, float]:
     """Every aggregate metric of one replay, by name (the names MLflow, reports and plots use)."""
-    rows = [latency_row(r) for r in result.records]
+    return _summarize(result, [latency_row(r) for r in result.records], slo, peak_memory_gb)
+
+
+def _summarize(result: ReplayResult, rows: Sequence[dict[str, Any]], slo: SloConfig,
+               peak_memory_gb: float) -> dict[str, float]:
     done = [r for r in rows if r["ttft_s"] is not None]
     ratios = [slo_ratio(r, slo) for r in rows]
     good = sum(x <= 1.0 for x in ratios)
@@ -123,10 +127,10 @@ def summarize(result: ReplayResult, slo: SloConfig, peak_memory_gb: float) -> di
 
 def replay_summary(result: ReplayResult, scale: float, slo: SloConfig, peak_memory_gb: float) -> ReplaySummary:
     """A measured replay with its SLO verdict and whether it is decisive."""
-    metrics = summarize(result, slo, peak_memory_gb)
+    rows = tuple(latency_row(r) for r in result.records)
+    metrics = _summarize(result, rows, slo, peak_memory_gb)
     passed = metrics["slo_attainment"] >= slo.attainment
     misses = result.requests - round(metrics["slo_attainment"] * result.requests)
     decisive = metrics["slo_load"] <= CLEAR_PASS_LOAD if passed else \
         misses >= decisive_failures(result.requests, slo)
-    rows = tuple(latency_row(r) for r in result.records)
     return ReplaySummary(scale, passed, decisive, metrics, rows)
