@@ -2,9 +2,9 @@
 
 Used to enqueue the study's baseline exactly once and to create MLflow's tables once.
 PostgreSQL: a session-level advisory lock (workers may be on several machines).
-SQLite or a journal file: a byte-range lock (fcntl) in one file beside it, `<store>.lock`, one byte
-per lock name (workers on one machine). The last holder removes the file: it does so only while it
-holds the whole file (nobody else holds a byte), and a process that waited on a file since removed
+SQLite or a journal file: a byte-range lock (fcntl) in one file beside it, `<store>.pagetune-lock`, one
+byte per lock name (workers on one machine). The last holder removes the file: it does so only while
+it holds the whole file (nobody else holds a byte), and a process that waited on a file since removed
 sees that its file is no longer the one at the path and locks the new one.
 Other stores (an MLflow server over HTTP) serialise on their own: no lock.
 """
@@ -86,4 +86,5 @@ def store_lock(url: str, name: str) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
     else:
         path = Path(url)
-    return _range_lock(path.with_name(f"{path.name}.lock"), _key(name) & 0xFFFF)
+    # Not `<store>.lock`: Optuna's journal backend takes that name for its own lock (by the file's existence).
+    return _range_lock(path.with_name(f"{path.name}.pagetune-lock"), _key(name) & 0xFFFF)
