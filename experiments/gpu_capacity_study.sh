@@ -2,16 +2,20 @@
 # A capacity study on one H200: Llama-3-8B shape (random bf16 weights) on a window of a shared trace,
 # against vLLM's `vllm serve` defaults for the GPU (baseline=vllm). Re-running the same command resumes the
 # study (the Optuna and MLflow stores live in /tmp/study-$NAME while the machine stays warm).
-# Needs the tuner's wheels (.whl: ../shared/gpu/make-wheelhouse.sh) and the traces copied to .traces/ (carried).
+# Needs the tuner's wheels (.whl: ../shared/gpu/make-wheelhouse.sh) and the traces copied to .traces/ (carried),
+# or already in $TRACES (a folder that outlives the call while the machine stays warm, e.g. /tmp/traces).
+# Several studies can run at once, one per GPU: CUDA_VISIBLE_DEVICES=1 bash experiments/gpu_capacity_study.sh ...
 #   bash experiments/gpu_capacity_study.sh NAME TRACE SECONDS [overrides...]     output under $OUT
 set -o pipefail
 name=${1:?name}; trace=${2:?trace file under .traces/}; seconds=${3:?wall-clock limit}; shift 3
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+traces=${TRACES:-$PWD/.traces}
+[ -d /tmp/site/optuna ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 dir=/tmp/study-$name
 mkdir -p $dir && cd $dir
 start=$(date +%s)
-timeout $seconds python3 -m tuner +traffic=$OLDPWD/.traces/$trace model=llama3-8b search=gpu \
+timeout $seconds python3 -m tuner +traffic=$traces/$trace model=llama3-8b search=gpu \
   tuner.study_name=$name storage.url=sqlite:///$dir/optuna.db tracking.uri=sqlite:///$dir/mlflow.db \
   storage.heartbeat_interval_s=10 storage.grace_period_s=30 storage.max_retry=0 \
   replay.long_prompts=truncate hydra.run.dir=$dir/out "$@" 2>&1 | grep -v "INFO mlflow\|^$" | tee -a $OUT/$name.txt

@@ -110,3 +110,12 @@ class Sampler:
         for r, (i, j, seq_id, seed, _) in enumerate(batched):
             choice = torch.multinomial(probs[r], 1, generator=self._generator(seq_id, seed, probs.device))
             out[i][j] = int(ids[r, choice])
+
+
+def sampling_probs(logits: torch.Tensor, params: SamplingParams, half_topk: bool) -> torch.Tensor:
+    """The distribution a sequence with `params` draws from at each row of fp32 logits [R, V], as a dense
+    [R, V] (the guardrail compares the two paths with it): the per-row fp32 path, or the batched fp16 top-k."""
+    if not (half_topk and params.top_k > 0):
+        return torch.stack([filter_logits(row, params).softmax(-1) for row in logits])
+    survivors = topk_survivors(logits, [params] * logits.shape[0])
+    return torch.zeros_like(logits).scatter(1, survivors.token_ids, survivors.probs)

@@ -23,9 +23,10 @@ import optuna
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from runtime import ConfigError, engine_limits, model_info
+from runtime import ConfigError, engine_limits, has_tokenizer, model_info
 from tuner.config import AppConfig, TunerConfigError, load_app_config
 from tuner.console import Console
+from tuner.model_tokenizer import ModelTokenizer
 from tuner.redact import mask_text, mask_url
 from tuner.results.conclude import NoBaseline, conclude, measurements_planned
 from tuner.results.export import write_exports
@@ -57,8 +58,13 @@ log = logging.getLogger("pagetune")
 def _load(app: AppConfig) -> TrafficLoad:
     info = model_info(app.runtime.model.name)
     limit = engine_limits(app.runtime, info).max_model_len  # the runtime's rule, every cap
-    traffic = load_traffic(app.traffic, fmt=app.traffic_format.value, on_error=app.replay.on_error.value,
-                           vocab_size=info.vocab_size, max_model_len=limit, long_prompts=app.replay.long_prompts.value)
+    with ModelTokenizer(app.runtime.model.name) as tok:  # its process starts only on the traffic's first text
+        text = {"tokenizer": tok.encode, "chat_tokenizer": tok.chat} if has_tokenizer(app.runtime.model.name) else {}
+        traffic = load_traffic(app.traffic, fmt=app.traffic_format.value, on_error=app.replay.on_error.value,
+                               vocab_size=info.vocab_size, max_model_len=limit,
+                               long_prompts=app.replay.long_prompts.value, **text)
+    if tok.used:
+        log.info("traffic text: tokenized with %s's own tokenizer and chat template", app.runtime.model.name)
     if traffic.rejected_share > app.replay.max_rejected_share:
         raise TrafficError(
             f"{app.traffic}: {traffic.rejected_too_long} of {traffic.rejected_too_long + len(traffic.requests)} "

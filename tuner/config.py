@@ -278,12 +278,15 @@ class QualityConfig:
 
     min_token_agreement: float = 0.9  # greedy tokens equal to the reference config's, share at least
     max_mean_kl: float = 0.05  # mean KL(reference || candidate) of next-token distributions, at most
-    probe_size: int = 16  # prompts in the fixed probe set
+    min_task_score: float = 0.9  # of the task prompts the reference answers right, share still right, at least
+    max_sampling_tv: float = 0.01  # total variation between the two sampler paths' distributions, at most
+    probe_size: int = 27  # prompts in the fixed probe set (27: every built-in real prompt, tasks first)
     probe_max_tokens: int = 32  # tokens generated per probe prompt
 
     def __post_init__(self) -> None:
-        _check(0.0 <= self.min_token_agreement <= 1.0, "quality.min_token_agreement",
-               f"must be in [0, 1], got {self.min_token_agreement}")
+        for name in ("min_token_agreement", "min_task_score", "max_sampling_tv"):
+            value = getattr(self, name)
+            _check(0.0 <= value <= 1.0, f"quality.{name}", f"must be in [0, 1], got {value}")
         _check(self.max_mean_kl >= 0, "quality.max_mean_kl", f"must be >= 0, got {self.max_mean_kl}")
         for name in ("probe_size", "probe_max_tokens"):
             _check(getattr(self, name) >= 1, f"quality.{name}", f"must be >= 1, got {getattr(self, name)}")

@@ -37,6 +37,17 @@ class ModelSource:
     path: Path | None  # the .gguf file or the folder; None for a preset
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def has_tokenizer(name: str) -> bool:
+    """Whether model `name` brings a tokenizer (a GGUF file, or a folder with tokenizer files); no torch."""
+    source = resolve_source(name)
+    if source.kind is SourceKind.GGUF:
+        return True
+    return source.kind is SourceKind.HF_FOLDER and any((source.path / f).is_file() for f in TOKENIZER_FILES)
+
+
 def cache_dir() -> Path:
     """pagetune's cache folder: `$PAGETUNE_CACHE`, else `~/.cache/pagetune`."""
     configured = os.environ.get("PAGETUNE_CACHE")

@@ -1,7 +1,8 @@
 """The model's own tokenizer (transformers'), for text in: built from a GGUF file's metadata or from a
 folder's tokenizer files. Presets with random weights have none; the text APIs then raise NoTokenizerError.
 
-The tuner can tokenize traffic text with `load_tokenizer(name)` and `encode_prompt`.
+The tuner tokenizes traffic text in a separate process (`python -m runtime.model.tokenize`), so that its
+own process never imports transformers.
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ from typing import TypeAlias
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from runtime.model.source import SourceKind, resolve_source
+from runtime.model.source import TOKENIZER_FILES, SourceKind, has_tokenizer, resolve_source
 
 Tokenizer: TypeAlias = PreTrainedTokenizerBase
 Message: TypeAlias = Mapping[str, str]  # {"role": ..., "content": ...}
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
 class NoTokenizerError(ValueError):
@@ -25,12 +24,12 @@ class NoTokenizerError(ValueError):
 
 def load_tokenizer(name: str) -> Tokenizer | None:
     """The tokenizer of the model `name` (a preset, .gguf file or folder, as `model.name` takes), or None."""
+    if not has_tokenizer(name):
+        return None
     source = resolve_source(name)
     if source.kind is SourceKind.GGUF:
         return AutoTokenizer.from_pretrained(source.path.parent, gguf_file=source.path.name, local_files_only=True)
-    if source.kind is SourceKind.HF_FOLDER and any((source.path / f).is_file() for f in _TOKENIZER_FILES):
-        return AutoTokenizer.from_pretrained(source.path, local_files_only=True)
-    return None
+    return AutoTokenizer.from_pretrained(source.path, local_files_only=True)
 
 
 def require_tokenizer(tokenizer: Tokenizer | None, model: str) -> Tokenizer:
@@ -38,7 +37,7 @@ def require_tokenizer(tokenizer: Tokenizer | None, model: str) -> Tokenizer:
     if tokenizer is not None:
         return tokenizer
     why = "a preset with random weights" if resolve_source(model).kind is SourceKind.PRESET else \
-        f"a folder without tokenizer files ({', '.join(_TOKENIZER_FILES)})"
+        f"a folder without tokenizer files ({', '.join(TOKENIZER_FILES)})"
     raise NoTokenizerError(f"model {model!r} has no tokenizer ({why}): pass prompt_token_ids instead of text, "
                            "or use a model that has one (a .gguf file, a folder with tokenizer files, smollm2-135m)")
 

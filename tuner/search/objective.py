@@ -69,7 +69,9 @@ def trial_metrics(app: AppConfig, outcome: TrialOutcome, rates: Rates) -> dict[s
         metrics["saturated"] = float(outcome.measurement.saturated)
     if outcome.quality is not None:
         metrics |= {"quality_token_agreement": outcome.quality.token_agreement,
-                    "quality_mean_kl": outcome.quality.mean_kl}
+                    "quality_mean_kl": outcome.quality.mean_kl, "quality_sampling_tv": outcome.quality.sampling_tv}
+        if outcome.quality.task_score is not None:
+            metrics["quality_task_score"] = outcome.quality.task_score
     if outcome.status is not TrialStatus.ok:
         return {f"partial_{k}": v for k, v in metrics.items()}
     return metrics

@@ -27,7 +27,7 @@ from tuner.traffic import formats
 from tuner.traffic.fields import LineError, ParsedLine
 from tuner.traffic.reader import RawLine, file_sha256, read_lines
 from tuner.traffic.requests import MAX_LISTED_SKIPS, SkippedLine, TrafficError, TrafficLoad, TrafficRequest
-from tuner.traffic.tokens import TOKEN_ID_OFFSET, TokenFactory, Tokenizer, prompt_length
+from tuner.traffic.tokens import TOKEN_ID_OFFSET, ChatTokenizer, TokenFactory, Tokenizer, prompt_length
 
 ON_ERROR = ("raise", "skip")
 LONG_PROMPTS = ("reject", "truncate")
@@ -78,11 +78,13 @@ class _Kept:
 
 def load_traffic(path: str | Path, *, fmt: str = "auto", on_error: str = "raise", vocab_size: int,
                  max_model_len: int | None = None, long_prompts: str = "reject",
-                 tokenizer: Tokenizer | None = None, hash_block_size: int | None = None) -> TrafficLoad:
+                 tokenizer: Tokenizer | None = None, chat_tokenizer: ChatTokenizer | None = None,
+                 hash_block_size: int | None = None) -> TrafficLoad:
     """Read a traffic file (see the format modules for what each accepts; `fmt="auto"` detects).
 
     vocab_size bounds synthesized and explicit token ids; tokenizer (text -> ids) is used for text
-    prompts when given; hash_block_size overrides the format's tokens per `hash_ids` block.
+    prompts when given, chat_tokenizer (chat turns -> ids, the model's template) for logged chat turns;
+    hash_block_size overrides the format's tokens per `hash_ids` block.
     """
     opts = _Options(str(path), fmt, on_error, vocab_size, max_model_len, long_prompts, hash_block_size)
     if tokenizer is not None and not callable(tokenizer):
@@ -93,7 +95,7 @@ def load_traffic(path: str | Path, *, fmt: str = "auto", on_error: str = "raise"
             name = formats.detect(head, opts.path)
     else:
         name = opts.fmt
-    run = _Run(opts, formats.make_parser(name, hash_block_size), TokenFactory(vocab_size, tokenizer))
+    run = _Run(opts, formats.make_parser(name, hash_block_size), TokenFactory(vocab_size, tokenizer, chat_tokenizer))
     with closing(read_lines(path)) as lines:
         for raw in lines:
             run.take(raw)

@@ -83,7 +83,8 @@ class Parser:
         request_id = _lookup(obj, "request_id")
         request_id = _lookup(obj, "id") if request_id is _MISSING else request_id
         request_id = None if request_id is _MISSING else request_id_of(request_id, "id")
-        prompt = TextPrompt(_prompt_text(obj), length=prompt_tokens)
+        text, messages = _prompt_text(obj)
+        prompt = TextPrompt(text, length=prompt_tokens, messages=messages)
         return ParsedLine(_timestamp_ns(stamp), prompt, output, request_id)
 
 
@@ -107,28 +108,30 @@ def _timestamp_ns(value: Any) -> int:
         raise LineError(f"timestamp is out of range, got {show(value)}") from None
 
 
-def _prompt_text(obj: dict[str, Any]) -> str:
+def _prompt_text(obj: dict[str, Any]) -> tuple[str, tuple[dict[str, str], ...] | None]:
+    """The prompt's plain text, and its chat turns when it is a chat (for the model's chat template)."""
     messages = _lookup(obj, "messages")
     if messages is _MISSING:
         prompt = _lookup(obj, "prompt")
         if prompt is _MISSING:
             raise LineError("messages (or prompt) is missing")
-        return as_str(prompt, "prompt")
+        return as_str(prompt, "prompt"), None
     messages = as_list(messages, "messages")
     if not messages:
         raise LineError("messages is empty")
-    return "".join(_render(i, m) for i, m in enumerate(messages))
+    turns = tuple(_turn(i, m) for i, m in enumerate(messages))
+    return "".join(f"<|{t['role']}|>\n{t['content']}\n" for t in turns), turns
 
 
-def _render(i: int, message: Any) -> str:
+def _turn(i: int, message: Any) -> dict[str, str]:
     if not isinstance(message, dict):
         raise LineError(f"messages[{i}] must be an object, got {show(message)}")
     role = as_str(message.get("role"), f"messages[{i}].role")
     content = message.get("content")
     if content is None or isinstance(content, str):
-        return f"<|{role}|>\n{content or ''}\n"
+        return {"role": role, "content": content or ""}
     parts = as_list(content, f"messages[{i}].content")
-    return f"<|{role}|>\n{''.join(_part_text(i, j, part) for j, part in enumerate(parts))}\n"
+    return {"role": role, "content": "".join(_part_text(i, j, part) for j, part in enumerate(parts))}
 
 
 def _part_text(i: int, j: int, part: Any) -> str:

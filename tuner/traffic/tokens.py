@@ -30,6 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tuner.traffic.requests import TrafficError
+
 TOKEN_ID_OFFSET = 4  # ids below this are never synthesized: most vocabularies put pad/bos/eos/unk there
 BYTES_PER_TEXT_TOKEN = 4
 
@@ -55,6 +57,9 @@ class SyntheticPrompt:
 class TextPrompt:
     text: str
     length: int | None = None  # a logged length to fit the text's tokens to; None: the text's own
+    # chat turns as logged ({"role", "content"} with text content): the model's chat template renders them
+    # when a chat tokenizer is given; `text` is their plain rendering, used otherwise
+    messages: tuple[dict[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class TokenPrompt:
 
 Prompt = SyntheticPrompt | TextPrompt | TokenPrompt
 Tokenizer = Callable[[str], Sequence[int]]
+ChatTokenizer = Callable[[Sequence[dict[str, str]]], Sequence[int]]  # chat turns -> ids through a chat template
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -83,9 +89,10 @@ class TokenFactory:
     """Builds prompt token tuples for one vocabulary; holds one int object per id so that millions of
     tokens cost a pointer each (8 bytes), not a fresh Python int each (36 bytes)."""
 
-    def __init__(self, vocab_size: int, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(self, vocab_size: int, tokenizer: Tokenizer | None = None, chat: ChatTokenizer | None = None) -> None:
         self.vocab_size = vocab_size
         self.tokenizer = tokenizer
+        self.chat = chat
         self._span = np.uint64(vocab_size - TOKEN_ID_OFFSET)
         self._ints = np.arange(vocab_size).astype(object)  # [vocab] of Python ints
 
@@ -95,19 +102,23 @@ class TokenFactory:
         steps = np.arange(start, max(start, stop), dtype=np.uint64) * _GOLDEN + _seed(key)  # [stop - start]
         return (_splitmix64(steps) % self._span).astype(np.int64) + TOKEN_ID_OFFSET
 
-    def text_ids(self, text: str) -> np.ndarray:
-        """The caller's tokenizer when given (ids validated), else the byte-level synthesis."""
+    def text_ids(self, text: str, messages: Sequence[dict[str, str]] | None = None) -> np.ndarray:
+        """The caller's chat tokenizer for chat turns, its tokenizer for text (ids validated), else the
+        byte-level synthesis of the text."""
+        if messages is not None and self.chat is not None:
+            return self._tokenize(lambda: self.chat(messages))  # type: ignore[misc]
         if self.tokenizer is not None:
-            return self._tokenize(text)
+            return self._tokenize(lambda: self.tokenizer(text))  # type: ignore[misc]
         data = text.encode("utf-8", "surrogatepass")
         pad = -len(data) % BYTES_PER_TEXT_TOKEN
         chunks = np.frombuffer(data + b"\xff" * pad, dtype="<u4").astype(np.uint64)  # [ceil(n/4)]
         return (_splitmix64(chunks ^ _TEXT_SEED) % self._span).astype(np.int64) + TOKEN_ID_OFFSET
 
-    def _tokenize(self, text: str) -> np.ndarray:
-        assert self.tokenizer is not None
+    def _tokenize(self, encode: Callable[[], Sequence[int]]) -> np.ndarray:
         try:
-            ids = list(self.tokenizer(text))
+            ids = list(encode())
+        except TrafficError:  # the tokenizer itself cannot work: not this line's fault
+            raise
         except Exception as e:  # the caller's code: report it against the line, never as a traceback
             raise ValueError(f"the tokenizer failed: {type(e).__name__}: {e}") from None
         for t in ids:
@@ -125,7 +136,7 @@ class TokenFactory:
             return prompt
         if isinstance(prompt, SyntheticPrompt):
             return prompt
-        ids = self.text_ids(prompt.text)  # [n]
+        ids = self.text_ids(prompt.text, prompt.messages)  # [n]
         if prompt.length is not None:  # the log's count wins: cut, or fill with the request's own tokens
             ids = np.concatenate([ids[: prompt.length], self.stream(unique_key, 0, prompt.length - len(ids))])
         return TokenPrompt(tuple(self._ints[ids]))

@@ -90,12 +90,31 @@ class Measurement(NamedTuple):
 
 
 class QualityResult(NamedTuple):
+    """The guardrail's figures (`tuner.trials.quality`): the candidate against itself with numerics neutral."""
+
     token_agreement: float
     mean_kl: float
+    task_score: float | None = None  # None: no tokenizer, or the reference answered no task
+    sampling_tv: float = 0.0
+
+    def margins(self, cfg: QualityConfig) -> dict[str, float]:
+        """Per figure: how far past its threshold (> 0: broken), in that figure's own unit."""
+        out = {"token agreement": cfg.min_token_agreement - self.token_agreement,
+               "mean KL": self.mean_kl - cfg.max_mean_kl, "sampling TV": self.sampling_tv - cfg.max_sampling_tv}
+        if self.task_score is not None:
+            out["task score"] = cfg.min_task_score - self.task_score
+        return out
 
     def violation(self, cfg: QualityConfig) -> float:
         """> 0 when the candidate breaks a threshold (Optuna's constraint convention), else <= 0."""
-        return max(cfg.min_token_agreement - self.token_agreement, self.mean_kl - cfg.max_mean_kl)
+        return max(self.margins(cfg).values())
+
+    def describe(self, cfg: QualityConfig) -> str:
+        broken = [name for name, m in self.margins(cfg).items() if m > 0]
+        task = "n/a" if self.task_score is None else f"{self.task_score:.2f}"
+        figures = (f"token agreement {self.token_agreement:.3f}, mean KL {self.mean_kl:.4f}, task score {task}, "
+                   f"sampling TV {self.sampling_tv:.4f}")
+        return f"{figures} (past the threshold: {', '.join(broken)})" if broken else figures
 
 
 class Hardware(NamedTuple):

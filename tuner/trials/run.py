@@ -17,7 +17,7 @@ from typing import Protocol
 
 import torch
 
-from runtime import ConfigError, LLMEngine, WeightCache, peak_memory_gb, reset_peak_memory
+from runtime import ConfigError, LLMEngine, WeightCache, load_tokenizer, peak_memory_gb, reset_peak_memory
 from tuner.traffic import TrafficRequest, rebase
 from tuner.trials.job import Probe, QualityResult, ReplaySummary, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import measure
@@ -40,6 +40,12 @@ class WorkerState:
     def __init__(self) -> None:
         self.weights = WeightCache()
         self.references: dict[str, ProbeSet] = {}
+        self.tokenizers: dict[str, object | None] = {}  # model name -> its tokenizer (None: it has none)
+
+    def tokenizer(self, model: str) -> object | None:
+        if model not in self.tokenizers:
+            self.tokenizers[model] = load_tokenizer(model)
+        return self.tokenizers[model]
 
 
 def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerState, channel: Channel) -> TrialOutcome:
@@ -48,7 +54,8 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
         model, reused = state.weights.get(job.config)
         quality = _quality(job, model, state)  # before the trial's engine: its probe engines come and go first
         if quality is not None and quality.violation(job.quality) > 0:
-            return TrialOutcome(TrialStatus.infeasible, reason=f"quality guardrail: {quality}", quality=quality,
+            return TrialOutcome(TrialStatus.infeasible, reason=f"quality guardrail: {quality.describe(job.quality)}",
+                                quality=quality,
                                 setup_s=time.perf_counter() - start, model_reused=reused)
         reset_peak_memory(job.config)
         clock = ReplayClock()
@@ -104,9 +111,10 @@ def _quality(job: TrialJob, model: object, state: WorkerState) -> QualityResult 
         return None
     reference = replace(job.config.numerics_neutral(), metadata=None)
     key = json.dumps(reference.to_dict(), sort_keys=True)
+    tokenizer = state.tokenizer(job.config.model.name)
     if key not in state.references:
-        state.references[key] = run_probe(reference, model, job.quality)
-    return compare(state.references[key], run_probe(job.config, model, job.quality))
+        state.references[key] = run_probe(reference, model, job.quality, tokenizer)
+    return compare(state.references[key], run_probe(job.config, model, job.quality, tokenizer))
 
 
 def _short(e: BaseException) -> str:
