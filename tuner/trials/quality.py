@@ -16,6 +16,7 @@ A candidate past any threshold of `QualityConfig` is infeasible; the reason name
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -52,6 +53,9 @@ def chat_encoder(tokenizer: object | None):
 
 
 def run_probe(config: EngineConfig, model: object, cfg: QualityConfig, tokenizer: object | None = None) -> ProbeSet:
+    """The probe set greedily under `config`, eager: CUDA graphs replay the eager numerics exactly (measured,
+    experiments/RESULTS.md), and a capture per probe engine would cost seconds each."""
+    config = replace(config, kernel=replace(config.kernel, cuda_graphs=False))
     encode = chat_encoder(tokenizer)
     engine = LLMEngine(config, model=model, record_logprobs=True, tokenizer=tokenizer if encode else None)
     params = SamplingParams(max_tokens=cfg.probe_max_tokens, temperature=0.0, ignore_eos=encode is None,
