@@ -24,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from runtime import ConfigError, engine_limits, has_tokenizer, model_info
-from tuner.config import AppConfig, TunerConfigError, load_app_config
+from tuner.config import AppConfig, SloConfig, TunerConfigError, load_app_config
 from tuner.console import Console
 from tuner.model_tokenizer import ModelTokenizer
 from tuner.redact import mask_text, mask_url
@@ -50,6 +50,7 @@ from tuner.traffic import (
     select,
     split_windows,
 )
+from tuner.trials.metrics import allowed_failures
 from tuner.trials.supervisor import WorkerStartError, WorkerSupervisor
 
 log = logging.getLogger("pagetune")
@@ -89,7 +90,20 @@ def _windows(app: AppConfig, traffic: TrafficLoad) -> tuple[ReplayWindow, Replay
     if not math.isfinite(held_out.rate_rps):  # none, one, or all at once: the proof replays the search window
         held_out = None
     rates = Rates(search.rate_rps, search.rate_rps / app.replay.time_scale, peak_rate(traffic.requests))
+    for window in (search, held_out):
+        _warn_if_no_miss_allowed(window, app.slo)
     return search, held_out, rates
+
+
+def _warn_if_no_miss_allowed(window: ReplayWindow | None, slo: SloConfig) -> None:
+    """Below 1 / (1 - attainment) requests, one miss fails a replay: the capacity is its worst request's."""
+    if window is None or slo.attainment >= 1.0 or allowed_failures(len(window.requests), slo) > 0:
+        return
+    needed = math.ceil(1.0 / (1.0 - slo.attainment) - 1e-9)
+    log.warning("the %s window has %d requests: at slo.attainment %g not one may miss, so its capacity is set by "
+                "its slowest request and varies from replay to replay; %d or more requests let one miss (a longer "
+                "window: replay.duration_s, replay.max_requests, validation.holdout_fraction)", window.key,
+                len(window.requests), slo.attainment, needed)
 
 
 def _mask_hydra_record(hydra: DictConfig) -> None:
