@@ -8,6 +8,7 @@ the runtime is loaded.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ class _Deadline(Exception):
 
 class HttpExecutor:
     def __init__(self, target: str) -> None:
+        logging.getLogger("httpx2").setLevel(logging.WARNING)  # not a line per request on the console
         self.target = target.rstrip("/")
         self._model: str | None = None
 

@@ -13,16 +13,17 @@ length, greedy, `ignore_eos` (vLLM's and SGLang's extra, pagetune's too), `strea
                  without usage, the chunks and the prompt's length
 
 An answer other than 200, or a connection that fails, is a rejected request with the server's message.
-Idle gaps cannot be skipped on a server: the replay takes the window's own duration. It stops early, as
-the in-process replay does, once `stop_after_misses` requests missed the SLO: the requests still open are
-cancelled (their streams closed, which aborts them on a server that watches for it). The engine's own
-figures (KV use, preemptions, memory) are not seen from outside: NaN, and 0 preemptions.
+Idle gaps are skipped as in-process: while none of the replay's requests is open the clock jumps to the
+next arrival (the server is assumed to serve this replay alone), so a sparse window, or a capacity probe
+at a low rate, costs its busy time only. It stops early, as the in-process replay does, once
+`stop_after_misses` requests missed the SLO: the requests still open are cancelled (their streams
+closed, which aborts them on a server that watches for it). The engine's own figures (KV use,
+preemptions, memory) are not seen from outside: NaN, and 0 preemptions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import time
@@ -61,11 +62,15 @@ class _Replay:
         self.target, self.model, self.slo, self.stop_after, self.progress = target, model, slo, stop_after, progress
         self.records: list[RequestRecord] = []
         self.misses = 0
-        self.stop = asyncio.Event()
+        self.stop = asyncio.Event()  # the verdict is certain: send nothing more, close what is open
+        self.idle = asyncio.Event()  # no request open: the server has nothing of ours to do
+        self.open = 0
         self.t0 = time.perf_counter()
+        self.skipped_s = 0.0
 
     def clock(self) -> float:
-        return time.perf_counter() - self.t0
+        """Seconds since the replay started, plus every idle gap skipped (as `trials.replay.ReplayClock`)."""
+        return time.perf_counter() - self.t0 + self.skipped_s
 
     async def run(self, requests: Sequence[TrafficRequest]) -> ReplayResult:
         limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
@@ -87,17 +92,32 @@ class _Replay:
         """Each request sent at its arrival time, whatever is still open (open loop); none after a stop."""
         tasks = []
         for req in requests:
-            delay = req.arrival_s - self.clock()
-            if delay > 0:
-                with contextlib.suppress(asyncio.TimeoutError):  # the usual case: no stop before its arrival
-                    await asyncio.wait_for(self.stop.wait(), timeout=delay)
+            await self._until(req.arrival_s)
             if self.stop.is_set():
                 break
+            self.open += 1
+            self.idle.clear()
             tasks.append(asyncio.ensure_future(self._one(client, req)))
         return tasks
 
+    async def _until(self, arrival_s: float) -> None:
+        """Wait for `arrival_s` on the replay clock; once no request is open, jump to it instead."""
+        while not self.stop.is_set() and (delay := arrival_s - self.clock()) > 0:
+            if self.open == 0:
+                self.skipped_s += delay
+                return
+            waits = [asyncio.ensure_future(self.stop.wait()), asyncio.ensure_future(self.idle.wait())]
+            await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+
     async def _one(self, client: httpx2.AsyncClient, req: TrafficRequest) -> None:
-        record = await _send(client, self.target, self.model, req, self.clock)
+        try:
+            record = await _send(client, self.target, self.model, req, self.clock)
+        finally:
+            self.open -= 1
+            if self.open == 0:
+                self.idle.set()
         self.records.append(record)
         if self.slo is not None and not meets_slo(latency_row(record), self.slo):
             self.misses += 1
@@ -110,7 +130,7 @@ class _Replay:
         first = min((r.arrival for r in self.records), default=0.0)
         last = max((r.finished for r in self.records), default=0.0)
         nan = math.nan
-        return ReplayResult(tuple(self.records), requests, max(last - first, 1e-9), self.clock(),
+        return ReplayResult(tuple(self.records), requests, max(last - first, 1e-9), self.clock() - self.skipped_s,
                             self.stop.is_set(), nan, nan, nan)
 
 

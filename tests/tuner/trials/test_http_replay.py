@@ -52,6 +52,14 @@ def test_http_replay_agrees_with_the_in_process_replay(served):
     wait_idle(served.engine)
 
 
+def test_idle_gaps_are_skipped_while_no_request_is_open(served):
+    sparse = (request("a", 0.0, 8, 4), request("b", 30.0, 8, 4, first_id=50), request("c", 60.0, 8, 4, first_id=90))
+    result = http_replay(served.base_url, "tiny", sparse)
+    assert result.busy_s < 5.0 and result.duration_s > 60.0
+    assert [r.arrival for r in sorted(result.records, key=lambda r: r.request_id)] == [0.0, 30.0, 60.0]
+    assert all(0 < r.first_token - r.arrival < 5.0 for r in result.records)
+
+
 def test_a_stop_closes_the_open_streams_and_the_server_aborts_them(served):
     long = tuple(request(f"s{i}", 0.0, 8, 100, first_id=10 + 8 * i) for i in range(6))
     result = http_replay(served.base_url, "tiny", long, slo=SloConfig(ttft_s=1e-6, tpot_s=1e-6),
