@@ -5,7 +5,8 @@ ignored, 256 requests, prompts uniform in [64, 2048) tokens, outputs in [32, 512
     offline  `LLM.generate` on all 256 at once, timed after a warm-up (bench_e2e.run_pagetune)
     server   `python -m runtime.serve --config <the same knobs>` in a subprocess; after the same warm-up,
              the 256 requests sent at once as streamed `/v1/completions` (token-id prompts, max_tokens,
-             ignore_eos, include_usage) by the tuner's HTTP replay, which records every chunk
+             ignore_eos, include_usage) by the tuner's HTTP replay, which records every chunk, split over
+             --client-processes processes started together (one Python client could lag the server)
 Output tok/s = output tokens / wall seconds (offline: the generate call; server: first send to last
 token). The table gives the ratio (target >= 0.9x) and the server's TTFT and TPOT under that burst.
 --record appends it to experiments/RESULTS.md.
@@ -21,12 +22,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ from tuner.config import SloConfig
 from tuner.traffic import TrafficRequest
 from tuner.trials.http_replay import http_replay
 from tuner.trials.metrics import summarize
+from tuner.trials.timeline import ReplayResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,10 +91,30 @@ def burst(prompts: list[list[int]], outs: list[int]) -> tuple[TrafficRequest, ..
     return tuple(TrafficRequest(f"b{i}", 0.0, tuple(p), o, f"bench:{i}") for i, (p, o) in enumerate(zip(prompts, outs)))
 
 
-def run_server(model: str, config: EngineConfig, prompts, outs, port: int, timeout_s: float) -> dict[str, float]:
+def _client(base: str, model: str, requests: tuple[TrafficRequest, ...], start: float) -> tuple[float, ReplayResult]:
+    """One client process: its share of the burst, sent at `start` (perf_counter: one clock for all processes)."""
+    time.sleep(max(0.0, start - time.perf_counter()))
+    return time.perf_counter(), http_replay(base, model, requests)
+
+
+def send_burst(base: str, model: str, requests: tuple[TrafficRequest, ...], processes: int) -> ReplayResult:
+    """Every request at once, split over client processes: the client parses one SSE chunk per token per
+    request, and one Python process could fall behind the server it measures."""
+    shares = [requests[i::processes] for i in range(processes)]
+    start = time.perf_counter() + 3.0  # every process started and importing done by then
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        parts = list(pool.map(_client, [base] * processes, [model] * processes, shares, [start] * processes))
+    first = min(t for t, _ in parts)
+    records = tuple(r for _, part in parts for r in part.records)
+    last = max(t + part.duration_s for t, part in parts)
+    return ReplayResult(records, len(requests), last - first, last - first, False, math.nan, math.nan, math.nan)
+
+
+def run_server(model: str, config: EngineConfig, prompts, outs, port: int, timeout_s: float,
+               processes: int) -> dict[str, float]:
     with server(config, port, timeout_s) as base:
         http_replay(base, model, burst(warm_up_prompts(prompts), [8] * 8))
-        result = http_replay(base, model, burst(prompts, outs))
+        result = send_burst(base, model, burst(prompts, outs), processes)
     rejected = [r.rejected_reason for r in result.records if r.rejected_reason]
     if rejected:
         raise RuntimeError(f"{len(rejected)} requests rejected by the server, e.g. {rejected[0]}")
@@ -117,6 +141,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto", help="cpu for a smoke run (with --device-memory-gb)")
     parser.add_argument("--device-memory-gb", type=float, default=1.0)
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--client-processes", type=int, default=4, help="processes sending the burst")
     parser.add_argument("--start-timeout-s", type=float, default=900.0, help="model load and graph capture")
     add_record_args(parser)
     args = parser.parse_args()
@@ -127,7 +152,8 @@ def main() -> None:
     offline = run_pagetune(args.model, prompts, outs, **knobs(args))
     print(f"offline: {offline['tokens']} tokens in {offline['seconds']:.2f} s", flush=True)
     config = EngineConfig.from_flat(args.model, **knobs(args))
-    served = run_server(args.model, config, prompts, outs, args.port, args.start_timeout_s)
+    served = run_server(args.model, config, prompts, outs, args.port, args.start_timeout_s,
+                        args.client_processes)
     print(f"server: {served['tokens']} tokens in {served['seconds']:.2f} s", flush=True)
     if served["tokens"] != offline["tokens"]:
         raise RuntimeError(f"the server generated {served['tokens']} tokens, offline {offline['tokens']}")

@@ -102,11 +102,12 @@ async def _stream(server: _Server, shape: _Shape, rid: str, q: asyncio.Queue, in
                   prompt_tokens: int) -> AsyncIterator[str]:
     if shape is CHAT:
         yield _event(wire.chat_chunk(rid, server.model, {"role": "assistant", "content": ""}, None))
-    sent, tokens = "", 0
+    sent, tokens = 0, 0  # characters of text, tokens
     async for out in server.runner.outputs(rid, q):
-        text, tokens = _text(out), len(out.outputs[0].token_ids)
-        delta, sent = text[len(sent):] if text.startswith(sent) else text, text
-        yield _event(shape.chunk(rid, server.model, delta, out.outputs[0].finish_reason if out.finished else None))
+        c = out.outputs[0]
+        delta = wire.token_text(c.token_ids, tokens) if c.text is None else c.text[sent:]
+        sent, tokens = sent + len(delta), len(c.token_ids)
+        yield _event(shape.chunk(rid, server.model, delta, c.finish_reason if out.finished else None))
     if include_usage:
         yield _event(wire.usage_chunk(rid, server.model, shape.chunk_object, prompt_tokens, tokens))
     yield _event("[DONE]")

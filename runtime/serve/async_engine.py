@@ -7,7 +7,10 @@
       (left early: abort)
 
 Only the engine thread touches the engine (the checks in `reject_reason` read its config alone). Outputs
-are CUMULATIVE: one per step that adds a token, so a stream sends a token as soon as it is sampled.
+are CUMULATIVE: one per step that adds a token, so a stream sends a token as soon as it is sampled; a
+consumer that falls behind (the event loop busier than the engine) gets the latest output only, which
+holds every token of the ones it skipped (vLLM's output collector merges the same way). A step's outputs
+cross to the event loop in one hand-over.
 Overload is answered at the door: with `max_pending` requests in flight (running or waiting in the
 engine), `submit` raises `Overloaded` and the server answers 503; the engine's own waiting queue is
 thereby bounded. An exception in the engine thread fails every open request and marks the engine dead
@@ -95,6 +98,8 @@ class AsyncEngine:
         try:
             while not finished:
                 out = await q.get()
+                while not q.empty() and not isinstance(out, BaseException):  # the consumer fell behind:
+                    out = q.get_nowait()  # the latest CUMULATIVE output holds every token of the skipped ones
                 if isinstance(out, BaseException):
                     raise EngineDead(f"the engine stopped: {out!r}")
                 finished = out.finished
@@ -109,8 +114,7 @@ class AsyncEngine:
             while not self._stop.is_set():
                 self._apply_commands(block=not self.engine.has_unfinished_requests())
                 if self.engine.has_unfinished_requests():
-                    for out in self.engine.step():
-                        self._deliver(out)
+                    self._deliver(self.engine.step())
         except BaseException as e:  # the server stays up to say so (/health), every open request fails
             self.error = e
             self._fail_all(e)
@@ -130,22 +134,32 @@ class AsyncEngine:
             except queue.Empty:
                 return
 
-    def _deliver(self, out: RequestOutput) -> None:
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        """A step's outputs to their queues: one hand-over per event loop, not one per output."""
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
         with self._lock:
-            target = self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
-        if out.finished and out.outputs[0].finish_reason != "abort":
-            self.on_finished(out)
-        if target is not None:  # None: aborted, its client is gone
-            _put(target, out)
+            targets = [self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
+                       for out in outputs]
+        for out, target in zip(outputs, targets):
+            if out.finished and out.outputs[0].finish_reason != "abort":
+                self.on_finished(out)
+            if target is not None:  # None: aborted, its client is gone
+                batches.setdefault(target[0], []).append((target[1], out))
+        for loop, items in batches.items():
+            _hand_over(loop, items)
 
     def _fail_all(self, error: BaseException) -> None:
         with self._lock:
             streams, self._streams = self._streams, {}
-        for target in streams.values():
-            _put(target, error)
+        for loop, q in streams.values():
+            _hand_over(loop, [(q, error)])
 
 
-def _put(target: tuple[asyncio.AbstractEventLoop, asyncio.Queue], item: object) -> None:
-    loop, q = target
+def _hand_over(loop: asyncio.AbstractEventLoop, items: list[tuple[asyncio.Queue, object]]) -> None:
     with contextlib.suppress(RuntimeError):  # the loop closed (the server is shutting down): nobody reads it
-        loop.call_soon_threadsafe(q.put_nowait, item)
+        loop.call_soon_threadsafe(_put_all, items)
+
+
+def _put_all(items: list[tuple[asyncio.Queue, object]]) -> None:
+    for q, item in items:
+        q.put_nowait(item)

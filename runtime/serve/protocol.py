@@ -85,9 +85,11 @@ def error_body(message: str, status: int, kind: str = "invalid_request_error", p
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
-def token_text(token_ids: list[int]) -> str:
-    """The text of generated tokens without a tokenizer: the ids in decimal, space-separated."""
-    return " ".join(map(str, token_ids))
+def token_text(token_ids: list[int], start: int = 0) -> str:
+    """The text of generated tokens without a tokenizer: the ids in decimal, space-separated. From `start`:
+    the piece that continues the text of the first `start` ids (a stream's delta, with its leading space)."""
+    piece = " ".join(map(str, token_ids[start:]))
+    return " " + piece if start and piece else piece
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

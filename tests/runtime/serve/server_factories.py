@@ -13,11 +13,13 @@ import uvicorn
 from runtime import EngineConfig, LLMEngine
 from runtime.model.tokenizer import load_tokenizer
 from runtime.serve.app import build_app
+from runtime.serve.async_engine import AsyncEngine
 
 
 class Served(NamedTuple):
     base_url: str  # http://127.0.0.1:PORT/v1
     engine: LLMEngine  # stepped by the server's thread: read it only once the server is idle
+    engine_runner: AsyncEngine  # the server's AsyncEngine
 
 
 def server_config(model: str = "tiny", **knobs: Any) -> EngineConfig:
@@ -30,8 +32,8 @@ def server_config(model: str = "tiny", **knobs: Any) -> EngineConfig:
 def running_server(config: EngineConfig, max_pending: int = 256, model: Any = None) -> Iterator[Served]:
     """`model`: weights already loaded for `config` (another engine's `.model`), to skip loading them again."""
     engine = LLMEngine(config, model=model, tokenizer=load_tokenizer(config.model.name))
-    server = uvicorn.Server(uvicorn.Config(build_app(engine, max_pending), host="127.0.0.1", port=0,
-                                           log_level="warning"))
+    app = build_app(engine, max_pending)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True, name="uvicorn")
     thread.start()
     deadline = time.monotonic() + 60
@@ -40,7 +42,7 @@ def running_server(config: EngineConfig, max_pending: int = 256, model: Any = No
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Served(f"http://127.0.0.1:{port}/v1", engine)
+        yield Served(f"http://127.0.0.1:{port}/v1", engine, app.state.server.runner)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

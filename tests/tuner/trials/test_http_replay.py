@@ -40,7 +40,8 @@ def test_http_replay_agrees_with_the_in_process_replay(served):
     expected = sorted((r.request_id, r.prompt_tokens, r.output_tokens) for r in TRACE)
     assert _counts(local.records) == _counts(remote.records) == expected
     assert [r.rejected_reason for r in remote.records] == [None] * 24
-    assert all(len(r.token_times) == r.output_tokens for r in remote.records)  # one chunk per token
+    # one chunk per token, fewer only where the server's event loop fell behind its engine (chunks merged)
+    assert all(1 <= len(r.token_times) <= r.output_tokens for r in remote.records)
     ours, theirs = summarize(local, SLO, 0.0), summarize(remote, SLO, math.nan)
     assert ours.keys() == theirs.keys()
     print("\nmetric        in-process   over HTTP")  # the latencies, reported (pytest -s)
@@ -61,11 +62,12 @@ def test_idle_gaps_are_skipped_while_no_request_is_open(served):
 
 
 def test_a_stop_closes_the_open_streams_and_the_server_aborts_them(served):
-    long = tuple(request(f"s{i}", 0.0, 8, 100, first_id=10 + 8 * i) for i in range(6))
-    result = http_replay(served.base_url, "tiny", long, slo=SloConfig(ttft_s=1e-6, tpot_s=1e-6),
-                         stop_after_misses=2)
-    assert result.stopped and 2 <= len(result.records) < 6
-    wait_idle(served.engine, timeout_s=5.0)
+    """Two short requests miss the SLO and decide the replay; the four long ones (100 steps more) are closed."""
+    lengths = (4, 4, 110, 110, 110, 110)  # prompt 8 + 110 fits max_model_len 128
+    reqs = tuple(request(f"s{i}", 0.0, 8, n, first_id=10 + 8 * i) for i, n in enumerate(lengths))
+    result = http_replay(served.base_url, "tiny", reqs, slo=SloConfig(ttft_s=1e-6, tpot_s=1e-6), stop_after_misses=2)
+    assert result.stopped and sorted(r.request_id for r in result.records) == ["s0", "s1"]
+    wait_idle(served.engine)
 
 
 def test_a_request_the_server_refuses_is_a_rejection_with_its_message(served):
