@@ -196,6 +196,10 @@ def _errors(app: FastAPI) -> None:
         problems = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()[:5]]
         return reply(400, "malformed request: " + "; ".join(problems))
 
+    @app.exception_handler(EngineDead)
+    async def engine_dead(request: Request, e: EngineDead) -> JSONResponse:
+        return reply(503, str(e), "server_error")
+
     @app.exception_handler(wire.Unsupported)
     @app.exception_handler(NoTokenizerError)
     async def bad_request(request: Request, e: ValueError) -> JSONResponse:

@@ -74,6 +74,12 @@ class ChatRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)  # None: up to max_model_len
     max_completion_tokens: int | None = Field(None, ge=1)
+    tools: Any = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.tools:
+            raise Unsupported("tools: not supported by pagetune's server")
 
     @property
     def token_limit(self) -> int | None:

@@ -151,6 +151,9 @@ def test_text_and_chat_without_a_tokenizer_are_400_and_another_model_404(client)
         client.completions.create(model="tiny", prompt="hello")
     with pytest.raises(openai.BadRequestError, match="model 'tiny' has no tokenizer"):
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError, match="tools: not supported by pagetune's server"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], tools=[tool])
     with pytest.raises(openai.NotFoundError, match="the model `gpt-4` does not exist"):
         client.completions.create(model="gpt-4", prompt=[1, 2])
 
