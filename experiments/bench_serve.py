@@ -101,8 +101,9 @@ def send_burst(base: str, model: str, requests: tuple[TrafficRequest, ...], proc
     """Every request at once, split over client processes: the client parses one SSE chunk per token per
     request, and one Python process could fall behind the server it measures."""
     shares = [requests[i::processes] for i in range(processes)]
-    start = time.perf_counter() + 3.0  # every process started and importing done by then
     with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(time.sleep, [1.0] * processes))  # every worker started (this script imported) first
+        start = time.perf_counter() + 0.5
         parts = list(pool.map(_client, [base] * processes, [model] * processes, shares, [start] * processes))
     first = min(t for t, _ in parts)
     records = tuple(r for _, part in parts for r in part.records)
