@@ -1,8 +1,8 @@
 """The engine behind the server: one thread steps it; each request reads its outputs from its own asyncio queue.
 
     event loop (HTTP handlers)                      engine thread
-    submit(id, prompt, params) --("add", ...)-->    commands applied between steps
-    abort(id)                  --("abort", id)-->   engine.abort(id): its blocks freed at once
+    submit(id, prompt, params) --_Add-->            commands applied between steps
+    abort(id)                  --_Abort-->          engine.abort(id): its blocks freed at once
     outputs(id, queue) <--call_soon_threadsafe--    engine.step() -> RequestOutput per request per step
       (left early: abort)
 
@@ -25,6 +25,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from typing import NamedTuple
 
 from runtime.engine import LLMEngine
 from runtime.outputs import RequestOutput
@@ -46,6 +47,16 @@ class EngineDead(RuntimeError):
 OnFinished = Callable[[RequestOutput], None]  # called in the engine thread for every finished request
 
 
+class _Add(NamedTuple):
+    request_id: str
+    prompt: list[int]
+    params: SamplingParams
+
+
+class _Abort(NamedTuple):
+    request_id: str
+
+
 class AsyncEngine:
     def __init__(self, engine: LLMEngine, max_pending: int, on_finished: OnFinished = lambda out: None) -> None:
         if max_pending < 1:
@@ -54,7 +65,7 @@ class AsyncEngine:
         self.max_pending = max_pending
         self.on_finished = on_finished
         self.error: BaseException | None = None
-        self._commands: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._lock = threading.Lock()  # guards _streams: written by the loop, read by the engine thread
         self._stop = threading.Event()
@@ -82,14 +93,14 @@ class AsyncEngine:
             if len(self._streams) >= self.max_pending:
                 raise Overloaded(f"{len(self._streams)} requests in flight, the server's limit (--max-pending)")
             self._streams[request_id] = (asyncio.get_running_loop(), q)
-        self._commands.put(("add", request_id, prompt, replace(params, output_kind=RequestOutputKind.CUMULATIVE)))
+        self._commands.put(_Add(request_id, prompt, replace(params, output_kind=RequestOutputKind.CUMULATIVE)))
         return q
 
     def abort(self, request_id: str) -> None:
         """Stop a request (its client left): no more outputs, its blocks freed before the next step."""
         with self._lock:
             self._streams.pop(request_id, None)
-        self._commands.put(("abort", request_id))
+        self._commands.put(_Abort(request_id))
 
     async def outputs(self, request_id: str, q: asyncio.Queue) -> AsyncIterator[RequestOutput]:
         """A submitted request's outputs, one per step, the last one finished. Left early (the consumer
@@ -125,10 +136,10 @@ class AsyncEngine:
         except queue.Empty:
             return
         while True:
-            if command[0] == "add":
-                self.engine.add_request(*command[1:])
+            if isinstance(command, _Add):
+                self.engine.add_request(*command)
             else:
-                self.engine.abort(command[1])
+                self.engine.abort(command.request_id)
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
