@@ -8,7 +8,8 @@ ignored, 256 requests, prompts uniform in [64, 2048) tokens, outputs in [32, 512
              ignore_eos, include_usage) by the tuner's HTTP replay, which records every chunk, split over
              --client-processes processes started together (one Python client could lag the server)
 Output tok/s = output tokens / wall seconds (offline: the generate call; server: first send to last
-token). The table gives the ratio (target >= 0.9x) and the server's TTFT and TPOT under that burst.
+token). The table gives the ratio (target >= 0.9x), the server's TTFT and TPOT under that burst, and
+the tokens per SSE chunk (1.00 unless the server's event loop fell behind its engine and merged them).
 --record appends it to experiments/RESULTS.md.
 
     python3 experiments/bench_serve.py --model llama-3-8b [--record]
@@ -120,17 +121,20 @@ def run_server(model: str, config: EngineConfig, prompts, outs, port: int, timeo
     if rejected:
         raise RuntimeError(f"{len(rejected)} requests rejected by the server, e.g. {rejected[0]}")
     metrics = summarize(result, SloConfig(), math.nan)
-    return {"tok_s": metrics["output_tok_s"], "tokens": sum(r.output_tokens for r in result.records),
-            "seconds": result.duration_s, **{k: metrics[k] for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s")}}
+    tokens = sum(r.output_tokens for r in result.records)
+    # > 1 where the server's event loop fell behind its engine and merged a stream's tokens into one chunk
+    per_chunk = tokens / max(1, sum(len(r.token_times) for r in result.records))
+    return {"tok_s": metrics["output_tok_s"], "tokens": tokens, "seconds": result.duration_s,
+            "tokens_per_chunk": per_chunk, **{k: metrics[k] for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s")}}
 
 
 def render(rows: list[dict[str, Any]]) -> str:
     lines = ["| workload | requests | offline LLM.generate tok/s | server, streamed tok/s | server / offline | "
-             "server TTFT p50 / p99 s | server TPOT p50 s |", "|---|---|---|---|---|---|---|"]
+             "server TTFT p50 / p99 s | server TPOT p50 s | tokens per SSE chunk |", "|---" * 8 + "|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {r['requests']} | {r['offline_tok_s']:,.0f} | {r['server_tok_s']:,.0f} | "
                      f"{r['ratio']:.2f}x (target >= 0.9x) | {r['ttft_p50_s']:.3g} / {r['ttft_p99_s']:.3g} | "
-                     f"{r['tpot_p50_s']:.3g} |")
+                     f"{r['tpot_p50_s']:.3g} | {r['tokens_per_chunk']:.2f} |")
     return "\n".join(lines)
 
 
@@ -160,7 +164,7 @@ def main() -> None:
         raise RuntimeError(f"the server generated {served['tokens']} tokens, offline {offline['tokens']}")
     row = {"workload": "mixed", "requests": args.requests, "offline_tok_s": offline["tok_s"],
            "server_tok_s": served["tok_s"], "ratio": served["tok_s"] / offline["tok_s"],
-           **{k: served[k] for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s")}}
+           **{k: served[k] for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tokens_per_chunk")}}
     table = render([row])
     print(table)
     if args.record:
