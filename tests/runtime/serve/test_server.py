@@ -104,16 +104,17 @@ def test_64_concurrent_streams_each_get_their_own_tokens(served, reference):
     assert httpx2.get(served.base_url.removesuffix("/v1") + "/health").status_code == 200
 
 
-def test_disconnect_mid_stream_aborts_the_request_and_frees_its_blocks(served):
+def test_disconnect_mid_stream_aborts_the_request_and_frees_its_blocks(served, client):
     root = served.base_url.removesuffix("/v1")
     before = _metric(httpx2.get(root + "/metrics").text, "pagetune:request_success_total")
-    body = {"model": "tiny", "prompt": _prompt(3), "max_tokens": 3000, "stream": True, "ignore_eos": True}
-    with httpx2.stream("POST", served.base_url + "/completions", json=body) as response:
-        lines = response.iter_lines()
-        first = [next(lines) for _ in range(6)]  # three events and their blank lines, then the client leaves
-        assert response.status_code == 200 and first[0].startswith("data: ")
-    with pytest.raises(httpx2.ReadTimeout):  # a plain request whose client gives up
-        httpx2.post(served.base_url + "/completions", json={**body, "stream": False}, timeout=0.5)
+    stream = client.completions.create(model="tiny", prompt=_prompt(3), max_tokens=3000, stream=True,
+                                       extra_body=IGNORE_EOS)
+    first = [next(stream) for _ in range(3)]
+    stream.close()  # the client leaves after three tokens
+    assert all(c.choices[0].text and c.choices[0].finish_reason is None for c in first)
+    with pytest.raises(openai.APITimeoutError):  # a plain request whose client gives up
+        client.completions.create(model="tiny", prompt=_prompt(4), max_tokens=3000, extra_body=IGNORE_EOS,
+                                  timeout=0.5)
     wait_idle(served.engine, timeout_s=5.0)  # unaborted, they would run 20 s; the bookkeeping is checked each step
     metrics = httpx2.get(root + "/metrics").text
     assert _metric(metrics, "pagetune:kv_cache_usage_perc") == 0.0
