@@ -39,22 +39,33 @@ def workload(name: str, n: int, vocab: int) -> tuple[list[list[int]], list[int]]
     return [torch.randint(0, vocab, (p,), generator=gen).tolist() for p in p_lens], o_lens
 
 
+def warm_up_prompts(prompts: list[list[int]]) -> list[list[int]]:
+    """Eight short prompts (generated for 8 tokens) run before a timed run: kernels compiled, graphs captured."""
+    return [p[:64] for p in prompts[:8]]
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():  # a CPU smoke run (--model tiny) has nothing to wait for
+        torch.cuda.synchronize()
+
+
 def run_pagetune(model: str, prompts, outs, **knobs: Any) -> dict[str, float]:
     llm = LLM(model=model, **knobs)
-    warm = [p[:64] for p in prompts[:8]]
-    llm.generate(warm, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True), use_tqdm=False)
+    llm.generate(warm_up_prompts(prompts), SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
+                 use_tqdm=False)
     llm.engine.reset()
     params = [SamplingParams(max_tokens=o, temperature=0.0, ignore_eos=True) for o in outs]
-    torch.cuda.synchronize()
+    _sync()
     start = time.perf_counter()
     results = llm.generate(prompts, params, use_tqdm=False)
-    torch.cuda.synchronize()
+    _sync()
     seconds = time.perf_counter() - start
     tokens = sum(len(r.outputs[0].token_ids) for r in results)
     waste = llm.engine.totals.kv_waste_mean
     del llm, results
     gc.collect()
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return {"seconds": seconds, "tokens": tokens, "tok_s": tokens / seconds, "kv_waste": waste}
 
 

@@ -96,7 +96,7 @@ class LLMEngine:
         params = params or SamplingParams()
         arrival = self.clock() if arrival_time is None else arrival_time
         req = Request(request_id, list(prompt_token_ids), params, arrival, priority, RequestMetrics(arrival))
-        req.rejected_reason = self._reject_reason(req)
+        req.rejected_reason = self.reject_reason(req.prompt_token_ids, params)
         if req.rejected_reason is not None:
             req.metrics.finished_time = self.clock()
             self._pending.append(self._output(req))
@@ -109,15 +109,17 @@ class LLMEngine:
         self.requests[request_id] = req
         self.scheduler.add(seq)
 
-    def _reject_reason(self, req: Request) -> str | None:
-        prompt, vocab = req.prompt_token_ids, self.model_config.vocab_size
+    def reject_reason(self, prompt: list[int], params: SamplingParams) -> str | None:
+        """Why `add_request` would reject this request (it can never fit), or None. Reads only the config:
+        safe to ask from another thread (the server checks a request before it enters the engine)."""
+        vocab = self.model_config.vocab_size
         if not prompt:
             return "empty prompt"
         if min(prompt) < 0 or max(prompt) >= vocab:
             return f"prompt token ids must be in [0, {vocab}), got range [{min(prompt)}, {max(prompt)}]"
-        total = len(prompt) + req.params.max_tokens
+        total = len(prompt) + params.max_tokens
         if total > self.max_model_len:
-            return (f"prompt ({len(prompt)} tokens) + max_tokens ({req.params.max_tokens}) = {total} "
+            return (f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
                     f"exceeds max_model_len {self.max_model_len}")
         return None
 

@@ -5,6 +5,9 @@
     -> search (trials in the worker) -> conclude (finalists re-measured, pick, proof, verdict)
     -> report, best.yaml, vllm.yaml (atomic) -> plots -> MLflow -> the console summary
 
+With `replay.target` (a deployed OpenAI-compatible server) the traffic step is the same, then the server is
+measured once over HTTP, as it is (tuner.results.endpoint): no worker, no search, no best.yaml.
+
 This process never imports torch: trials run in the worker (tuner.trials.supervisor).
 """
 
@@ -29,6 +32,7 @@ from tuner.console import Console
 from tuner.model_tokenizer import ModelTokenizer
 from tuner.redact import mask_text, mask_url
 from tuner.results.conclude import NoBaseline, conclude, measurements_planned
+from tuner.results.endpoint import measure_endpoint
 from tuner.results.export import write_exports
 from tuner.results.report import render_report
 from tuner.results.summary import export_metadata, report_inputs, study_plots, summary_lines
@@ -50,6 +54,7 @@ from tuner.traffic import (
     select,
     split_windows,
 )
+from tuner.trials.http_executor import HttpExecutor
 from tuner.trials.metrics import allowed_failures
 from tuner.trials.supervisor import WorkerStartError, WorkerSupervisor
 
@@ -157,6 +162,8 @@ def _job(cfg: DictConfig, out_dir: Path) -> int:
     app, traffic, search, held_out, rates = _inputs(cfg)
     console = Console()
     console.line(f"traffic: {traffic.summary()}")
+    if app.replay.target is not None:
+        return _endpoint(app, traffic, search, rates, console, out_dir)
     executor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb)
     try:
         hardware = executor.describe(app.runtime)
@@ -174,6 +181,19 @@ def _job(cfg: DictConfig, out_dir: Path) -> int:
         raise Refused(str(e)) from None
     finally:
         executor.close()
+        console.close()
+
+
+def _endpoint(app: AppConfig, traffic: TrafficLoad, search: ReplayWindow, rates: Rates, console: Console,
+              out_dir: Path) -> int:
+    """`replay.target`: the server measured as it is deployed, on the search window; nothing searched."""
+    executor = HttpExecutor(app.replay.target)
+    try:
+        return measure_endpoint(app, traffic, search, rates, executor, executor.describe(app.runtime), console,
+                                out_dir)
+    except (WorkerStartError, TrackingError) as e:
+        raise Refused(str(e)) from None
+    finally:
         console.close()
 
 

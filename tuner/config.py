@@ -241,8 +241,13 @@ class ReplayConfig:
     on_error: OnError = OnError["raise"]  # a malformed line: raise (file:line: reason) or skip and count it
     long_prompts: LongPrompts = LongPrompts.reject  # prompts past the model's length: reject or truncate
     max_rejected_share: float = 0.05  # stop when more of the traffic than this is rejected as too long
+    # an OpenAI-compatible server's API root (http://HOST:PORT/v1: pagetune's, vLLM, SGLang): replay against it
+    # over HTTP and measure its own config once (tuner.n_trials=1), nothing searched; None: trials in-process
+    target: str | None = None
 
     def __post_init__(self) -> None:
+        _check(self.target is None or re.fullmatch(r"https?://[^/\s]+(/\S*)?", self.target) is not None,
+               "replay.target", f"expected the server's API root, e.g. http://127.0.0.1:8000/v1, got {self.target!r}")
         _check(self.time_scale > 0, "replay.time_scale", f"must be > 0, got {self.time_scale}")
         _check(self.start_s >= 0, "replay.start_s", f"must be >= 0 seconds, got {self.start_s}")
         _check(self.duration_s is None or self.duration_s > 0, "replay.duration_s",
@@ -308,6 +313,10 @@ class AppConfig:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.replay.target is None or self.tuner.n_trials == 1, "tuner.n_trials",
+               f"replay.target measures the server's own config, once: set tuner.n_trials=1, got {self.tuner.n_trials}")
 
 
 # --- loading --------------------------------------------------------------------------------------

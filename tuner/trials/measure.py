@@ -23,15 +23,54 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
 
-from tuner.config import ObjectiveName
+from tuner.config import ObjectiveName, SloConfig
+from tuner.traffic import TrafficRequest, rebase
 from tuner.trials.job import Measurement, MeasurePlan, Probe, ReplaySummary
+from tuner.trials.metrics import decisive_failures, replay_summary
+from tuner.trials.timeline import ReplayResult
 
-__all__ = ["MAX_SCALE", "MIN_SCALE", "MIN_SPAN_S", "Checkpoint", "Replayer", "measure", "probe"]
+__all__ = ["MAX_SCALE", "MIN_SCALE", "MIN_SPAN_S", "Checkpoint", "Replayer", "WindowReplayer", "measure", "probe"]
 
 Replayer = Callable[[float], ReplaySummary]  # one measured replay of the window at a rate scale
 Checkpoint = Callable[[Probe], bool]  # the first capacity probe -> keep going?
+Progress = Callable[[int, float, int, int], None]  # (probe number, rate scale, requests done, requests)
+
+
+class ReplayFn(Protocol):
+    """One open-loop replay of requests (first arrival at 0.0): an engine's (`trials.replay`) or a server's
+    (`trials.http_replay`)."""
+
+    def __call__(self, requests: Sequence[TrafficRequest], *, slo: SloConfig | None = None,
+                 stop_after_misses: int | None = None,
+                 progress: Callable[[int], None] | None = None) -> ReplayResult: ...
+
+
+class WindowReplayer:
+    """`measure`'s replay(scale): the window at a rate scale through `replay_fn`, summarized with its verdict.
+    A replay stops once its failure is certain (`decisive_failures` misses)."""
+
+    def __init__(self, replay_fn: ReplayFn, requests: Sequence[TrafficRequest], slo: SloConfig, progress: Progress,
+                 peak_memory_gb: Callable[[], float]) -> None:
+        self.replay_fn, self.requests, self.slo, self.progress = replay_fn, requests, slo, progress
+        self.peak_memory_gb = peak_memory_gb
+        self.count = 0
+        self.stop_after = decisive_failures(len(requests), slo)
+
+    def warm_up(self, n: int) -> None:
+        """The first `n` requests at once, unmeasured: kernels compiled (or a server's caches warm)."""
+        if n > 0:
+            self.replay_fn(tuple(replace(r, arrival_s=0.0) for r in self.requests[:n]))
+
+    def __call__(self, scale: float) -> ReplaySummary:
+        self.count += 1
+        number, total = self.count, len(self.requests)
+        result = self.replay_fn(rebase(self.requests, scale), slo=self.slo, stop_after_misses=self.stop_after,
+                                progress=lambda done: self.progress(number, scale, done, total))
+        return replay_summary(result, scale, self.slo, self.peak_memory_gb())
 
 MAX_SCALE = 1e4  # x the window's rate: beyond this the window is one burst
 MIN_SCALE = 1e-3  # below this the SLO is not met by a lone request: capacity 0

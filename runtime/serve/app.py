@@ -1,0 +1,223 @@
+"""The FastAPI app: OpenAI-compatible routes over an `AsyncEngine`.
+
+    POST /v1/completions        text or token-id prompt; JSON, or SSE with `stream: true`
+    POST /v1/chat/completions   the model's chat template; JSON or SSE
+    GET  /v1/models             the served model, with its max_model_len
+    GET  /health                200 while the engine thread runs, else 503
+    GET  /metrics               Prometheus text (runtime.serve.metrics)
+
+Errors are OpenAI's JSON shape: 400 for a malformed body, an unsupported field, text for a model
+without a tokenizer, or a request that can never fit (prompt + max_tokens > max_model_len, said in the
+message); 404 for another model's name; 503 when `max_pending` requests are in flight (see
+`runtime.serve.async_engine`). A client that disconnects aborts its request: a stream is cancelled by
+Starlette when the client leaves, a plain request is watched for the disconnect as vLLM does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import NamedTuple
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from runtime.engine import LLMEngine
+from runtime.model.tokenizer import NoTokenizerError, encode_chat, encode_prompt, require_tokenizer
+from runtime.outputs import RequestOutput
+from runtime.sampling_params import SamplingParams
+from runtime.serve import protocol as wire
+from runtime.serve.async_engine import AsyncEngine, EngineDead, Overloaded
+from runtime.serve.metrics import ServerMetrics
+
+__all__ = ["ApiError", "build_app"]
+
+
+class ApiError(Exception):
+    """An answer other than 200, in OpenAI's error shape."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+class _Shape(NamedTuple):
+    """How one endpoint writes its answers."""
+
+    prefix: str  # of response ids
+    chunk_object: str
+    full: Callable[..., dict]  # (id, model, text, finish, prompt tokens, tokens) -> the JSON answer
+    chunk: Callable[[str, str, str, str | None], dict]  # (id, model, delta, finish) -> one SSE event
+
+
+COMPLETION = _Shape("cmpl", "text_completion", wire.completion, wire.completion_chunk)
+CHAT = _Shape("chatcmpl", "chat.completion.chunk", wire.chat,
+              lambda rid, model, delta, finish: wire.chat_chunk(rid, model, {"content": delta}, finish))
+
+
+class _Server:
+    def __init__(self, engine: LLMEngine, max_pending: int) -> None:
+        self.engine = engine
+        self.model = engine.config.model.name
+        self.metrics = ServerMetrics()
+        self.runner = AsyncEngine(engine, max_pending, self.metrics.observe)
+        self._ids = itertools.count()
+
+    def check_model(self, name: str) -> None:
+        if name != self.model:
+            raise ApiError(404, f"the model `{name}` does not exist: this server serves `{self.model}`",
+                           "NotFoundError")
+
+    def params(self, body: wire.SamplingFields, max_tokens: int) -> SamplingParams:
+        return SamplingParams(temperature=body.temperature, top_p=body.top_p, top_k=max(0, body.top_k),
+                              seed=body.seed, max_tokens=max_tokens, ignore_eos=body.ignore_eos)
+
+    def submit(self, shape: _Shape, prompt: list[int], params: SamplingParams) -> tuple[str, asyncio.Queue]:
+        reason = self.engine.reject_reason(prompt, params)
+        if reason is not None:
+            raise ApiError(400, reason)
+        rid = f"{shape.prefix}-{next(self._ids)}"
+        try:
+            return rid, self.runner.submit(rid, prompt, params)
+        except Overloaded as e:
+            raise ApiError(503, f"server overloaded: {e}; retry later", "server_overloaded") from None
+        except EngineDead as e:
+            raise ApiError(503, str(e), "server_error") from None
+
+
+def _text(out: RequestOutput) -> str:
+    c = out.outputs[0]
+    return c.text if c.text is not None else wire.token_text(c.token_ids)
+
+
+def _event(payload: dict | str) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+
+async def _stream(server: _Server, shape: _Shape, rid: str, q: asyncio.Queue, include_usage: bool,
+                  prompt_tokens: int) -> AsyncIterator[str]:
+    if shape is CHAT:
+        yield _event(wire.chat_chunk(rid, server.model, {"role": "assistant", "content": ""}, None))
+    sent, tokens = 0, 0  # characters of text, tokens
+    async for out in server.runner.outputs(rid, q):
+        c = out.outputs[0]
+        delta = wire.token_text(c.token_ids, tokens) if c.text is None else c.text[sent:]
+        sent, tokens = sent + len(delta), len(c.token_ids)
+        yield _event(shape.chunk(rid, server.model, delta, c.finish_reason if out.finished else None))
+    if include_usage:
+        yield _event(wire.usage_chunk(rid, server.model, shape.chunk_object, prompt_tokens, tokens))
+    yield _event("[DONE]")
+
+
+async def _until_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _final(server: _Server, rid: str, q: asyncio.Queue) -> RequestOutput:
+    final = None
+    async for out in server.runner.outputs(rid, q):
+        final = out
+    assert final is not None  # outputs() ends with the finished output or raises
+    return final
+
+
+async def _answer(server: _Server, request: Request, shape: _Shape, body: wire.SamplingFields, prompt: list[int],
+                  params: SamplingParams) -> Response:
+    rid, q = server.submit(shape, prompt, params)
+    if body.stream:
+        return StreamingResponse(_stream(server, shape, rid, q, body.include_usage, len(prompt)),
+                                 media_type="text/event-stream")
+    final = asyncio.ensure_future(_final(server, rid, q))
+    watch = asyncio.ensure_future(_until_disconnect(request))
+    await asyncio.wait({final, watch}, return_when=asyncio.FIRST_COMPLETED)
+    watch.cancel()
+    if not final.done():  # the client left: cancelling aborts the request (AsyncEngine.outputs)
+        final.cancel()
+        return Response(status_code=499)
+    out = final.result()
+    return JSONResponse(shape.full(rid, server.model, _text(out), out.outputs[0].finish_reason, len(prompt),
+                                   len(out.outputs[0].token_ids)))
+
+
+def _prompt_ids(server: _Server, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, list):
+        return prompt
+    return encode_prompt(require_tokenizer(server.engine.tokenizer, server.model), prompt)
+
+
+def _routes(app: FastAPI, server: _Server) -> None:
+    @app.post("/v1/completions")
+    async def completions(body: wire.CompletionRequest, request: Request) -> Response:
+        server.check_model(body.model)
+        body.check_supported()
+        prompt = _prompt_ids(server, body.prompt)
+        return await _answer(server, request, COMPLETION, body, prompt, server.params(body, body.max_tokens))
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: wire.ChatRequest, request: Request) -> Response:
+        server.check_model(body.model)
+        body.check_supported()
+        tokenizer = require_tokenizer(server.engine.tokenizer, server.model)
+        prompt = encode_chat(tokenizer, [m.model_dump() for m in body.messages])
+        limit = body.token_limit or max(1, server.engine.max_model_len - len(prompt))
+        return await _answer(server, request, CHAT, body, prompt, server.params(body, limit))
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": server.model, "object": "model", "created": 0,
+                                            "owned_by": "pagetune", "max_model_len": server.engine.max_model_len}]}
+
+    @app.get("/health")
+    async def health() -> Response:
+        error = server.runner.error
+        return Response(status_code=200) if error is None else PlainTextResponse(repr(error), status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        text = server.metrics.render(server.engine.last_step, server.engine.totals.preempted)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+def _errors(app: FastAPI) -> None:
+    def reply(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+        return JSONResponse(wire.error_body(message, status, kind), status_code=status)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+        return reply(e.status, e.message, e.kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, e: RequestValidationError) -> JSONResponse:
+        problems = [f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()[:5]]
+        return reply(400, "malformed request: " + "; ".join(problems))
+
+    @app.exception_handler(EngineDead)
+    async def engine_dead(request: Request, e: EngineDead) -> JSONResponse:
+        return reply(503, str(e), "server_error")
+
+    @app.exception_handler(wire.Unsupported)
+    @app.exception_handler(NoTokenizerError)
+    async def bad_request(request: Request, e: ValueError) -> JSONResponse:
+        return reply(400, str(e))
+
+
+def build_app(engine: LLMEngine, max_pending: int) -> FastAPI:
+    """The app for `engine` (owned by the app from now on: its thread starts and stops with the app)."""
+    server = _Server(engine, max_pending)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        server.runner.start()
+        yield
+        server.runner.stop()
+
+    app = FastAPI(title="pagetune", lifespan=lifespan)
+    app.state.server = server
+    _routes(app, server)
+    _errors(app)
+    return app

@@ -1,0 +1,132 @@
+"""The OpenAI wire format the server speaks: request bodies (validated by pydantic), responses, errors.
+
+Supported: `/v1/completions` (`prompt`: one text, or one list of token ids) and `/v1/chat/completions`
+(string contents); `max_tokens` (chat: `max_completion_tokens` too), `temperature`, `top_p`, `seed`,
+`stream`, `stream_options.include_usage`, and vLLM's extras `top_k` and `ignore_eos`. Fields the runtime
+cannot honour (`n` > 1, `stop`, `logprobs`, `echo`, batched prompts, tools) are a 400 rather than silently
+ignored; unknown fields are ignored, as OpenAI's own server does with new clients.
+
+Text without a tokenizer (the random-weight presets, e.g. `tiny`): prompts must be token ids, chat is
+a 400, and a choice's `text` is the generated token ids in decimal separated by single spaces
+("17 4 99"); streamed deltas continue that string (" 4"), so the deltas concatenate to it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ChatRequest", "CompletionRequest", "SamplingFields", "Unsupported", "error_body", "token_text"]
+
+
+class Unsupported(ValueError):
+    """A well-formed request asks for something the runtime does not do: a 400 naming the field."""
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)  # vLLM's extra: -1 or 0 disable it
+    seed: int | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False  # vLLM's extra (OpenAI clients send it in `extra_body`)
+    stop: str | list[str] | None = None
+    logprobs: Any = None
+
+    def check_supported(self) -> None:
+        for name, ok in (("n", self.n == 1), ("stop", not self.stop), ("logprobs", not self.logprobs)):
+            if not ok:
+                raise Unsupported(f"{name}: not supported by pagetune's server, got {getattr(self, name)!r}")
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[int] = Field(union_mode="left_to_right")
+    max_tokens: int = Field(16, ge=1)  # OpenAI's default for completions
+    echo: bool = False
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.echo:
+            raise Unsupported("echo: not supported by pagetune's server")
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str
+
+
+class ChatRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)  # None: up to max_model_len
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: Any = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.tools:
+            raise Unsupported("tools: not supported by pagetune's server")
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+def error_body(message: str, status: int, kind: str = "invalid_request_error", param: str | None = None) -> dict:
+    """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def token_text(token_ids: list[int], start: int = 0) -> str:
+    """The text of generated tokens without a tokenizer: the ids in decimal, space-separated. From `start`:
+    the piece that continues the text of the first `start` ids (a stream's delta, with its leading space)."""
+    piece = " ".join(map(str, token_ids[start:]))
+    return " " + piece if start and piece else piece
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion(rid: str, model: str, text: str, finish: str | None, prompt_tokens: int, tokens: int) -> dict:
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "usage": usage(prompt_tokens, tokens)}
+
+
+def completion_chunk(rid: str, model: str, delta: str, finish: str | None) -> dict:
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}]}
+
+
+def chat(rid: str, model: str, text: str, finish: str | None, prompt_tokens: int, tokens: int) -> dict:
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                         "finish_reason": finish}],
+            "usage": usage(prompt_tokens, tokens)}
+
+
+def chat_chunk(rid: str, model: str, delta: dict[str, str], finish: str | None) -> dict:
+    return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+
+def usage_chunk(rid: str, model: str, kind: str, prompt_tokens: int, tokens: int) -> dict:
+    """The last chunk of a stream with `stream_options.include_usage`: no choices, the usage."""
+    return {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [],
+            "usage": usage(prompt_tokens, tokens)}
