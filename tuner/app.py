@@ -38,6 +38,7 @@ from tuner.search.space import SearchSpace
 from tuner.search.study import open_study, run_search, trials_counted
 from tuner.store.heartbeat import JournalHeartbeat
 from tuner.store.locking import store_lock
+from tuner.store.retry import storage_failure
 from tuner.tracking import RunState, Tracker, TrackingError
 from tuner.traffic import (
     ReplayWindow,
@@ -113,6 +114,12 @@ def run(cfg: DictConfig) -> int:
         print(f"error: {e}", file=sys.stderr)
         _discard_output(out_dir)
         return 2
+    except Exception as e:
+        failure = storage_failure(e)
+        if failure is None:
+            raise
+        print(f"error: {failure}", file=sys.stderr)  # the root cause, not Optuna's symptom on top of it
+        return 1
 
 
 def _discard_output(out_dir: Path) -> None:
