@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -25,10 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from runtime import ConfigError, engine_limits, model_info
 from tuner.config import AppConfig, TunerConfigError, load_app_config
-from tuner.console import Console
+from tuner.console import Console, interrupted_line, quiet_failed_trial_tracebacks
+from tuner.interrupts import Interrupted, Interrupts
 from tuner.redact import mask_text, mask_url
 from tuner.results.conclude import NoBaseline, conclude, measurements_planned
-from tuner.results.export import write_exports
+from tuner.results.export import ExportError, write_exports
 from tuner.results.report import render_report
 from tuner.results.summary import export_metadata, report_inputs, study_plots, summary_lines
 from tuner.search.baseline import baseline_config
@@ -106,10 +108,15 @@ class Refused(Exception):
 def run(cfg: DictConfig) -> int:
     _mask_hydra_record(HydraConfig.get())
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours (tuner.console)
+    quiet_failed_trial_tracebacks()
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # RDB heartbeats
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        return _job(cfg, out_dir)
+        with Interrupts().installed() as interrupts:
+            return _job(cfg, out_dir, interrupts)
+    except Interrupted as e:  # before the study opened: nothing to save
+        print(f"interrupted ({signal.Signals(e.signum).name}) before the first trial", file=sys.stderr)
+        return e.exit_code
     except Refused as e:
         print(f"error: {e}", file=sys.stderr)
         _discard_output(out_dir)
@@ -140,11 +147,12 @@ def _inputs(cfg: DictConfig) -> tuple[AppConfig, TrafficLoad, ReplayWindow, Repl
         raise Refused(str(e)) from None
 
 
-def _job(cfg: DictConfig, out_dir: Path) -> int:
+def _job(cfg: DictConfig, out_dir: Path, interrupts: Interrupts) -> int:
     app, traffic, search, held_out, rates = _inputs(cfg)
     console = Console()
     console.line(f"traffic: {traffic.summary()}")
-    executor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb)
+    executor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb, interrupts)
+    interrupts.on_force = executor.kill
     try:
         hardware = executor.describe(app.runtime)
         try:
@@ -194,6 +202,16 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
     try:
         return _tune(app, study, space, baseline, traffic, search, held_out, rates, executor, tracker, parent[0],
                      console, hardware, on_stale, out_dir)
+    except Interrupted as e:
+        tracker.finish_study(parent[0], RunState.KILLED)
+        console.close()
+        print(interrupted_line(study, app.storage.url, signal.Signals(e.signum).name), file=sys.stderr)
+        return e.exit_code
+    except ExportError as e:
+        tracker.finish_study(parent[0], RunState.FAILED)
+        print(f"error: {e}; the trials are kept in {mask_url(app.storage.url)}: rerun the same command once the "
+              "folder can take the results (the study concludes again)", file=sys.stderr)
+        return 1
     except BaseException:
         tracker.finish_study(parent[0], RunState.FAILED)
         raise
@@ -207,8 +225,8 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
         heartbeat = JournalHeartbeat(app.storage.url, app.storage.heartbeat_interval_s, app.storage.grace_period_s,
                                      on_stale)
     runner = TrialRunner(app, space, executor, search, rates, baseline, tracker, parent, console.trial_end,
-                         console.progress, heartbeat)
-    run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale)
+                         console.progress, heartbeat, executor.interrupts)
+    run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale, executor.interrupts)
     console.end_trials()
     bar = console.bar(measurements_planned(app, app.tuner.finalists), "re-measuring finalists and baseline")
     try:
@@ -219,7 +237,10 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
         return 1
     finally:
         bar.close()
-    plot_paths = study_plots(app, study, c, out_dir / "plots")
+    try:
+        plot_paths = study_plots(app, study, c, out_dir / "plots")
+    except OSError as e:
+        raise ExportError(e.filename or out_dir / "plots", e) from None
     inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
                            [p.name for p in plot_paths], list(HydraConfig.get().overrides.task))
     paths = write_exports(out_dir, runtime=c.exported.config.to_dict(),

@@ -111,3 +111,65 @@ def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path, storag
     assert all(c.info.status != "RUNNING" for c in children)
     dead = [c for c in children if c.data.tags["pagetune.trial_number"] == "1"]
     assert [c.info.status for c in dead] == ["FAILED"]
+
+
+def _group_ends(pgid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+SLOW_TRIALS = ["replay.time_scale=1", "replay.max_requests=60", "slo.ttft_s=0.3", "slo.tpot_s=0.02", "tuner.repeats=3",
+               "tuner.pruner=none", "runtime.cache.device_memory_gb=0.2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_study_cleanly_and_a_rerun_measures_the_interrupted_trial(tmp_path, sig):
+    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *SLOW_TRIALS, study="k", trials=2)
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        _wait_for_running_trial(tmp_path, proc, "sqlite")
+        sent = time.monotonic()
+        if sig is signal.SIGINT:
+            os.killpg(proc.pid, sig)  # Ctrl-C in a terminal: the whole process group, the worker too
+        else:
+            os.kill(proc.pid, sig)  # a service manager: the tuner alone
+        stdout, stderr = proc.communicate(timeout=60)
+        stopped_s = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, stderr[-3000:]
+    assert stopped_s < 10
+    assert _group_ends(proc.pid, 5)  # the worker too (and multiprocessing's resource tracker)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stdout + stderr and "KeyboardInterrupt" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted ({sig.name}): 1 trials measured are saved in sqlite:///{tmp_path}/optuna.db; trial 1 "
+        "re-enqueued; resume with the same command")
+    trials = study_trials(tmp_path, "k")
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
+    assert trials[1].user_attrs["reason"] == "interrupted"
+    assert trials[2].params == trials[1].params and trials[2].system_attrs["failed_trial"] == 1
+    _, parents, children = mlflow_runs(tmp_path, "k")
+    assert [p.info.status for p in parents] == ["KILLED"]
+    assert sorted((c.data.tags["pagetune.trial_number"], c.info.status) for c in children) == [
+        ("0", "FINISHED"), ("1", "KILLED")]
+    print(f"{sig.name}: stopped {stopped_s:.1f} s after the signal")
+    if sig is signal.SIGINT:
+        return  # one resume is enough: it measures the re-queued trial
+    rerun = run_tuner(args, cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    trials = study_trials(tmp_path, "k")
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[2].params == trials[1].params  # the interrupted trial, measured; the budget counts it once
+    _, parents, children = mlflow_runs(tmp_path, "k")
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert all(c.info.status != "RUNNING" for c in children)

@@ -23,9 +23,10 @@ from optuna.trial import TrialState
 
 from runtime import EngineConfig
 from tuner.config import AppConfig, ObjectiveName, PrunerName
+from tuner.interrupts import Interrupted, Interrupts
 from tuner.search.samplers import CHECKPOINT_STEP, INCUMBENT_ATTR
 from tuner.search.space import SearchSpace, is_baseline
-from tuner.search.study import TrialFailed
+from tuner.search.study import INTERRUPTED, TrialFailed, TrialInterrupted, requeue
 from tuner.store.heartbeat import JournalHeartbeat
 from tuner.tracking import RunState
 from tuner.traffic import ReplayWindow
@@ -95,6 +96,7 @@ class TrialRunner:
     on_trial_end: Callable[[optuna.trial.Trial, TrialOutcome, dict[str, float]], None] | None = None
     on_progress: Callable[[int, int, float, int, int], None] | None = None  # (trial, probe, scale, done, total)
     heartbeat: JournalHeartbeat | None = None  # journal storage only: RDB storage beats by itself
+    interrupts: Interrupts | None = None  # a signal stops the study: the running trial is re-queued
 
     def fail_stale(self, study: optuna.Study) -> None:
         """Fail (and re-queue) trials whose worker died; RDB storage does it through its heartbeats."""
@@ -104,6 +106,8 @@ class TrialRunner:
             optuna.storages.fail_stale_trials(study)
 
     def __call__(self, trial: optuna.trial.Trial) -> list[float]:
+        if self.interrupts is not None and self.interrupts.requested:  # came between two trials
+            raise self._interrupted(trial, None)
         if self.heartbeat is not None:
             self.heartbeat.fail_stale(trial.study, running=trial.number)
         values = self.space.suggest(trial, self.app.runtime)
@@ -119,9 +123,12 @@ class TrialRunner:
                                           {"pagetune.baseline": str(is_baseline(trial)).lower()})
         beating = self.heartbeat.beating(trial) if self.heartbeat else contextlib.nullcontext()
         with beating:
-            outcome = self.executor.run(job, self.window.requests, lambda *p: self._progress(trial, *p),
-                                        lambda probe: self._checkpoint(trial, probe, incumbent),
-                                        self.app.tuner.trial_timeout_s)
+            try:
+                outcome = self.executor.run(job, self.window.requests, lambda *p: self._progress(trial, *p),
+                                            lambda probe: self._checkpoint(trial, probe, incumbent),
+                                            self.app.tuner.trial_timeout_s)
+            except Interrupted:
+                raise self._interrupted(trial, run_id) from None
         metrics = trial_metrics(self.app, outcome, self.rates)
         self._record(trial, outcome, config, metrics)
         self.tracker.end_trial(run_id, metrics, _run_state(outcome.status), outcome.reason,
@@ -134,6 +141,15 @@ class TrialRunner:
         if outcome.status is TrialStatus.pruned:
             raise optuna.TrialPruned(outcome.reason)
         return self._values(outcome)
+
+    def _interrupted(self, trial: optuna.trial.Trial, run_id: str | None) -> TrialInterrupted:
+        """Record a trial a signal stopped (Optuna fails it on the raise) and queue its parameters again."""
+        trial.set_user_attr("status", INTERRUPTED)
+        trial.set_user_attr("reason", INTERRUPTED)
+        if run_id is not None:
+            self.tracker.end_trial(run_id, {}, RunState.KILLED, INTERRUPTED, [], {STATUS_TAG: INTERRUPTED})
+        requeue(trial.study, next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number))
+        return TrialInterrupted(f"trial {trial.number} {INTERRUPTED}")
 
     def _incumbent(self, study: optuna.Study) -> float | None:
         """The best feasible capacity so far (req/s): where a capacity trial's search starts."""

@@ -4,7 +4,9 @@ Call order (one `python -m tuner` process; several may share a study through its
     open_study      create or resume the study under its name; check its fingerprint; enqueue the
                     baseline once (under the store lock)
     run_search      trials until the study holds `tuner.n_trials` (all workers together)
-A failed trial never stops the study (`TrialFailed` is caught by Optuna and recorded as FAIL).
+A failed trial never stops the study (`TrialFailed` is caught by Optuna and recorded as FAIL). An
+interrupted one (`TrialInterrupted`, a signal) is FAIL too, re-queued with its parameters (`requeue`), and
+the study stops: `run_search` raises `Interrupted` once Optuna has recorded it.
 """
 
 from __future__ import annotations
@@ -17,19 +19,38 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import AppConfig
+from tuner.interrupts import Interrupts
 from tuner.search.identity import StudyIdentity
 from tuner.search.samplers import build_pruner, build_sampler
-from tuner.search.space import SearchSpace
+from tuner.search.space import BASELINE_ATTR, SearchSpace
 from tuner.store.locking import store_lock
 from tuner.store.storage import build_storage
 
 log = logging.getLogger("pagetune")
 
-__all__ = ["SEEDS_ATTR", "TrialFailed", "open_study", "run_search", "trials_counted"]
+__all__ = ["INTERRUPTED", "SEEDS_ATTR", "TrialFailed", "TrialInterrupted", "open_study", "requeue", "run_search",
+           "trials_counted"]
+
+INTERRUPTED = "interrupted"  # the `status` and `reason` user attrs of a trial a signal stopped
 
 
 class TrialFailed(Exception):
     """A trial ended without a measurement; Optuna records it as FAIL and the study goes on."""
+
+
+class TrialInterrupted(TrialFailed):
+    """A signal stopped the trial: FAIL in Optuna, re-queued; the study stops after recording it."""
+
+
+def requeue(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue `trial`'s parameters again (what Optuna's retry callbacks do: the copy names the trial it retries,
+    so the budget counts the copy and not the original). Only the baseline's mark is carried over."""
+    history = [*trial.system_attrs.get("retry_history", ()), trial.number]
+    system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
+    user_attrs = {k: v for k, v in trial.user_attrs.items() if k == BASELINE_ATTR}
+    study.add_trial(optuna.create_trial(state=TrialState.WAITING, params=trial.params,
+                                        distributions=trial.distributions, user_attrs=user_attrs,
+                                        system_attrs=system_attrs))
 
 
 def open_study(app: AppConfig, identity: StudyIdentity, space: SearchSpace, baseline_values: Mapping[str, Any],
@@ -67,10 +88,11 @@ def trials_counted(study: optuna.Study) -> int:
 
 
 def run_search(study: optuna.Study, objective: Callable[[optuna.trial.Trial], Any], n_trials: int,
-               timeout_s: float | None, fail_stale: Callable[[optuna.Study], None]) -> None:
-    """Run trials until the study holds `n_trials` (a resumed study continues to that total)."""
+               timeout_s: float | None, fail_stale: Callable[[optuna.Study], None], interrupts: Interrupts) -> None:
+    """Run trials until the study holds `n_trials` (a resumed study continues to that total), or a signal
+    comes: then `Interrupted`, after the running trial is recorded."""
     def stop_at_budget(study: optuna.Study, _trial: FrozenTrial) -> None:
-        if trials_counted(study) >= n_trials:
+        if interrupts.requested or trials_counted(study) >= n_trials:
             study.stop()
 
     fail_stale(study)  # a killed run's trial is failed and re-queued before the budget is counted
@@ -79,3 +101,4 @@ def run_search(study: optuna.Study, objective: Callable[[optuna.trial.Trial], An
         return
     study.optimize(objective, callbacks=[stop_at_budget], catch=(TrialFailed,), timeout=timeout_s,
                    gc_after_trial=False)
+    interrupts.check()
