@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tuner.redact import mask_text, mask_url
 from tuner.tracking import runs
 from tuner.tracking.fallback import FallbackTracker, is_offline
+from tuner.tracking.outage import Outage, limit_http_retries
 from tuner.tracking.payloads import (
     CONFIG_ARTIFACT,
     LATENCY_ARTIFACT,
@@ -84,6 +85,9 @@ class Tracker(TrialLogging):
         self.artifact_location = artifact_location
         self.probe_timeout_s = probe_timeout_s
         self._experiment_id: str | None = None  # resolved once, by check() or the first write
+        self._outage = Outage(uri, self.fallback_path)  # the store away mid-study (on_unreachable=continue)
+        self._ids: dict[str, str] = {}  # run ids handed out while it was away -> their MLflow ids, once replayed
+        limit_http_retries(uri)
 
     @functools.cached_property
     def _client(self) -> MlflowClient:
@@ -91,6 +95,13 @@ class Tracker(TrialLogging):
         # and MLflow retries an unreachable database for minutes. Runs end through runs.terminate,
         # which prints no URL (the URI may carry a password).
         return MlflowClient(tracking_uri=self.uri)
+
+    @property
+    def client(self) -> MlflowClient:
+        return self._client
+
+    def experiment_id(self) -> str:
+        return self._experiment()
 
     @property
     def masked_uri(self) -> str:
@@ -122,20 +133,43 @@ class Tracker(TrialLogging):
                                                                  self.artifact_location)
         return self._experiment_id
 
-    def _offline(self) -> FallbackTracker:
-        """Where calls about a run that was already handed out offline go."""
-        return FallbackTracker(self.fallback_path, "run started while the store was unreachable")
+    def _online(self, run_id: str) -> str:
+        """The MLflow id of `run_id` (one handed out while the store was away, once replayed); while the
+        store is away, look whether it is back first."""
+        self._look_if_back()
+        return self._ids.get(run_id, run_id)
 
-    def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T]) -> T:
-        """Run a store write; on a store error raise (fail) or send the payload to the fallback file."""
+    def _look_if_back(self) -> None:
+        """While the store is away, at most every few seconds: when a probe passes, replay the fallback."""
+        if self._outage.due():
+            self._replay_fallback()
+
+    def _replay_fallback(self) -> None:
+        from tuner.tracking.replay import replay  # it builds on this module
+
+        if not probe(self.uri, self.probe_timeout_s).reachable:
+            return
+        replayer = Tracker(self.uri, self.experiment, OnUnreachable.FAIL, artifact_location=self.artifact_location)
+        try:
+            written, ids = replay(self.fallback_path, replayer)
+        except TrackingError:
+            return  # away again: the next look goes on from the first record not written
+        self._ids.update(ids)
+        self._outage.end(written)
+
+    def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T], *run_ids: str) -> T:
+        """Run a store write; on a store error raise (fail) or, from then on until the store is back, send
+        every payload to the fallback file (said once). A run handed out offline stays offline."""
+        if self._outage.active or any(is_offline(r) for r in run_ids):
+            return offline(self._outage.fallback)
         try:
             return action()
         except _STORE_ERRORS as err:
             message = f"writing to MLflow tracking store {self.masked_uri} failed ({_describe(err)})"
             if self.on_unreachable is OnUnreachable.FAIL:
                 raise TrackingError(message) from None  # the chained error could show the raw URI
-            logger.warning("%s; this payload goes to %s instead", message, self.fallback_path)
-            return offline(FallbackTracker(self.fallback_path, message))
+            self._outage.begin(message)
+            return offline(self._outage.fallback)
 
     # ---- study --------------------------------------------------------------------------------
 
@@ -143,6 +177,7 @@ class Tracker(TrialLogging):
                     params: Mapping[str, Any] | None = None) -> str:
         """The id of the study's one parent run, found (resume, other workers) or created with `params`
         (what the study measures: they never change for a study, so a resume finds them already there)."""
+        self._look_if_back()
         return self._guard(lambda: self._start_study(study_name, config_yaml, tags, params or {}),
                            lambda fb: fb.start_study(study_name, config_yaml, tags, params))
 
@@ -183,11 +218,9 @@ class Tracker(TrialLogging):
     def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
                             tags: Mapping[str, str] | None = None) -> None:
         """Attach study-level files (plots, report), metrics and tags (the verdict) to the parent run."""
-        if is_offline(parent_run_id):
-            self._offline().log_study_artifacts(parent_run_id, files, metrics, tags)
-            return
+        parent_run_id = self._online(parent_run_id)
         self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics, tags or {}),
-                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags))
+                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags), parent_run_id)
 
     def _log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
                              tags: Mapping[str, str]) -> None:
@@ -199,11 +232,9 @@ class Tracker(TrialLogging):
 
     def finish_study(self, parent_run_id: str, state: RunState | str = RunState.FINISHED) -> None:
         state = RunState(state)
-        if is_offline(parent_run_id):
-            self._offline().finish_study(parent_run_id, state)
-            return
+        parent_run_id = self._online(parent_run_id)
         self._guard(lambda: runs.terminate(self._client, parent_run_id, state),
-                    lambda fb: fb.finish_study(parent_run_id, state))
+                    lambda fb: fb.finish_study(parent_run_id, state), parent_run_id)
 
     # ---- trials -------------------------------------------------------------------------------
 
@@ -211,11 +242,10 @@ class Tracker(TrialLogging):
     def begin_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
                     config_yaml: str, extra_tags: Mapping[str, Any]) -> str:
         """Open the trial's child run (RUNNING), replacing any earlier run of the same trial number."""
-        if is_offline(parent_run_id):
-            return self._offline().begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags)
+        parent_run_id = self._online(parent_run_id)
         return self._guard(
             lambda: self._begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags),
-            lambda fb: fb.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags))
+            lambda fb: fb.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags), parent_run_id)
 
     def _begin_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
                      config_yaml: str, extra_tags: Mapping[str, Any]) -> str:
@@ -248,11 +278,9 @@ class Tracker(TrialLogging):
                   tags: Mapping[str, Any] | None = None) -> None:
         """Log the trial's results (and `tags`, e.g. its status) and close its run in ``state``."""
         state = RunState(state)
-        if is_offline(run_id):
-            self._offline().end_trial(run_id, metrics, state, reason, latency_rows, tags)
-            return
+        run_id = self._online(run_id)
         self._guard(lambda: self._end_trial(run_id, metrics, state, reason, latency_rows, tags or {}),
-                    lambda fb: fb.end_trial(run_id, metrics, state, reason, latency_rows, tags))
+                    lambda fb: fb.end_trial(run_id, metrics, state, reason, latency_rows, tags), run_id)
 
     def _end_trial(self, run_id: str, metrics: Mapping[str, float], state: RunState, reason: str | None,
                    latency_rows: Sequence[Mapping[str, Any]], tags: Mapping[str, Any]) -> None:
@@ -270,10 +298,9 @@ class Tracker(TrialLogging):
 
     def mark_stale_running(self, parent_run_id: str, alive_trial_numbers: Collection[int]) -> list[int]:
         """Close as FAILED ("worker died") every RUNNING child whose trial is not alive; their numbers."""
-        if is_offline(parent_run_id):
-            return []
+        parent_run_id = self._online(parent_run_id)
         return self._guard(lambda: self._mark_stale_running(parent_run_id, set(alive_trial_numbers)),
-                           lambda fb: fb.mark_stale_running(parent_run_id, alive_trial_numbers))
+                           lambda fb: fb.mark_stale_running(parent_run_id, alive_trial_numbers), parent_run_id)
 
     def _mark_stale_running(self, parent_run_id: str, alive: set[int]) -> list[int]:
         experiment_id = self._client.get_run(parent_run_id).info.experiment_id
