@@ -109,6 +109,9 @@ def run(cfg: DictConfig) -> int:
     _mask_hydra_record(HydraConfig.get())
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours (tuner.console)
     quiet_failed_trial_tracebacks()
+    # MLflow logs each database error with its traceback before raising it: the tracker retries it through an
+    # outage (storage.retry_s) or reports it in one line.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # RDB heartbeats
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
@@ -178,7 +181,7 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
     try:
         with store_lock(app.tracking.uri, "mlflow-tables"):  # workers starting together on a fresh store
             tracker = Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
-                              fallback_path=out_dir / "tracking-fallback.jsonl").check()
+                              fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=app.storage.retry_s).check()
     except TrackingError as e:
         raise Refused(str(e)) from None
     identity = study_identity(app, traffic.sha256)
@@ -225,7 +228,7 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
         heartbeat = JournalHeartbeat(app.storage.url, app.storage.heartbeat_interval_s, app.storage.grace_period_s,
                                      on_stale)
     runner = TrialRunner(app, space, executor, search, rates, baseline, tracker, parent, console.trial_end,
-                         console.progress, heartbeat, executor.interrupts)
+                         console.progress, heartbeat, executor.interrupts, on_stale)
     run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale, executor.interrupts)
     console.end_trials()
     bar = console.bar(measurements_planned(app, app.tuner.finalists), "re-measuring finalists and baseline")

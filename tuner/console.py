@@ -16,7 +16,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tuner.redact import mask_text
 from tuner.search.space import is_baseline
-from tuner.search.study import TrialFailed
+from tuner.search.study import INTERRUPTED, TrialFailed
 from tuner.trials.job import TrialOutcome, TrialStatus
 
 __all__ = ["SATURATED_WARNING", "Console", "interrupted_line", "quiet_failed_trial_tracebacks", "trial_line"]
@@ -47,7 +47,7 @@ def interrupted_line(study: optuna.Study, storage: str, signal_name: str) -> str
     measured = sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
     waiting = {n for t in trials if t.state is optuna.trial.TrialState.WAITING
                for n in t.system_attrs.get("retry_history", ())}
-    requeued = [t.number for t in trials if t.number in waiting and t.user_attrs.get("status") == "interrupted"]
+    requeued = [t.number for t in trials if t.number in waiting and t.user_attrs.get("status") == INTERRUPTED]
     again = f"trial {', '.join(map(str, requeued))} re-enqueued" if requeued else "no trial was running"
     return (f"interrupted ({signal_name}): {measured} trials measured are saved in {mask_text(storage)}; {again}; "
             "resume with the same command")

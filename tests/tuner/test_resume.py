@@ -96,8 +96,7 @@ def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path, storag
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the tuner and its worker, mid-trial
         proc.wait()
-    time.sleep(3)  # past the grace period: trial 1 is stale
-    rerun = run_tuner(args, cwd=tmp_path)
+    rerun = run_tuner(args, cwd=tmp_path)  # at once: it waits for trial 1's heartbeat to go stale if need be
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     trials = _trials(tmp_path, storage)
     assert trials[1].state is TrialState.FAIL  # failed by heartbeat...
@@ -111,6 +110,8 @@ def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path, storag
     assert all(c.info.status != "RUNNING" for c in children)
     dead = [c for c in children if c.data.tags["pagetune.trial_number"] == "1"]
     assert [c.info.status for c in dead] == ["FAILED"]
+    assert ("4 trials: 3 measured, 0 stopped at the incumbent's capacity, 1 failed (0 interrupted, 1 lost with their "
+            "worker), 1 retried") in (tmp_path / "out-k" / "report.md").read_text()
 
 
 def _group_ends(pgid: int, within_s: float) -> bool:
@@ -173,3 +174,39 @@ def test_a_signal_stops_the_study_cleanly_and_a_rerun_measures_the_interrupted_t
     _, parents, children = mlflow_runs(tmp_path, "k")
     assert [p.info.status for p in parents] == ["FINISHED"]
     assert all(c.info.status != "RUNNING" for c in children)
+    assert ("3 trials: 2 measured, 0 stopped at the incumbent's capacity, 1 failed (1 interrupted, 0 lost with their "
+            "worker), 1 retried") in (tmp_path / "out-k" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_exits_at_once(tmp_path):
+    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *SLOW_TRIALS, study="k", trials=2)
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TQDM_DISABLE": "1"}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "optuna.db").exists() or TrialState.RUNNING not in _states(tmp_path):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:]
+            time.sleep(0.2)
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        stopped_s = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and stopped_s < 3, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        "SIGINT again: exiting now; the running trial stays RUNNING until its heartbeat goes stale (a rerun then "
+        "retries it)")
+    assert "Traceback" not in stderr
+    assert _group_ends(proc.pid, 5)  # the worker was killed on the way out
+
+
+def _states(tmp_path) -> list[TrialState]:
+    try:
+        return [t.state for t in study_trials(tmp_path, "k")]
+    except Exception:  # the study or its tables may not exist yet
+        return []

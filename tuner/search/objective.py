@@ -15,6 +15,7 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import optuna
@@ -97,6 +98,7 @@ class TrialRunner:
     on_progress: Callable[[int, int, float, int, int], None] | None = None  # (trial, probe, scale, done, total)
     heartbeat: JournalHeartbeat | None = None  # journal storage only: RDB storage beats by itself
     interrupts: Interrupts | None = None  # a signal stops the study: the running trial is re-queued
+    on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None  # a dead worker's trial
 
     def fail_stale(self, study: optuna.Study) -> None:
         """Fail (and re-queue) trials whose worker died; RDB storage does it through its heartbeats."""
@@ -104,6 +106,17 @@ class TrialRunner:
             self.heartbeat.fail_stale(study, None)
         else:
             optuna.storages.fail_stale_trials(study)
+        self._fail_overdue(study)
+
+    def _fail_overdue(self, study: optuna.Study) -> None:
+        """A RUNNING trial older than a live one can be (its timeout and the grace period) has no worker, even
+        one without a heartbeat to go stale (killed before its first beat): failed and handed over the same way."""
+        bound = timedelta(seconds=self.app.tuner.trial_timeout_s + self.app.storage.grace_period_s)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.datetime_start is not None and datetime.now() - t.datetime_start > bound:
+                study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+                if self.on_stale is not None:
+                    self.on_stale(study, t)
 
     def __call__(self, trial: optuna.trial.Trial) -> list[float]:
         if self.interrupts is not None and self.interrupts.requested:  # came between two trials

@@ -12,6 +12,7 @@ the study stops: `run_search` raises `Interrupted` once Optuna has recorded it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -88,17 +89,37 @@ def trials_counted(study: optuna.Study) -> int:
 
 
 def run_search(study: optuna.Study, objective: Callable[[optuna.trial.Trial], Any], n_trials: int,
-               timeout_s: float | None, fail_stale: Callable[[optuna.Study], None], interrupts: Interrupts) -> None:
-    """Run trials until the study holds `n_trials` (a resumed study continues to that total), or a signal
-    comes: then `Interrupted`, after the running trial is recorded."""
+               timeout_s: float | None, fail_stale: Callable[[optuna.Study], None], interrupts: Interrupts,
+               poll_s: float = 1.0) -> None:
+    """Run trials until the study holds `n_trials` (a resumed study continues to that total) and none is
+    RUNNING: a trial another worker runs is waited for, a dead worker's is failed once its heartbeat is stale
+    and its retry is run here. A signal stops it: `Interrupted`, after the running trial is recorded."""
     def stop_at_budget(study: optuna.Study, _trial: FrozenTrial) -> None:
         if interrupts.requested or trials_counted(study) >= n_trials:
             study.stop()
 
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     fail_stale(study)  # a killed run's trial is failed and re-queued before the budget is counted
-    if trials_counted(study) >= n_trials:
+    if trials_counted(study) >= n_trials and not _running(study):
         log.info("study %s already holds %d trials: nothing to run", study.study_name, trials_counted(study))
         return
-    study.optimize(objective, callbacks=[stop_at_budget], catch=(TrialFailed,), timeout=timeout_s,
-                   gc_after_trial=False)
-    interrupts.check()
+    said = False
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if trials_counted(study) < n_trials and (left is None or left > 0):
+            study.optimize(objective, callbacks=[stop_at_budget], catch=(TrialFailed,), timeout=left,
+                           gc_after_trial=False)
+        interrupts.check()
+        running = _running(study)
+        if not running:
+            return
+        if not said:  # no result while a trial may still change it, or lies in a dead worker's hands
+            log.info("waiting for trial(s) %s: finished by their worker, or failed and retried here once their "
+                     "heartbeat is stale", ", ".join(map(str, running)))
+            said = True
+        time.sleep(poll_s)
+        fail_stale(study)
+
+
+def _running(study: optuna.Study) -> list[int]:
+    return [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]

@@ -86,9 +86,10 @@ class Outages:
     """The retry policy of one storage: calls retried with backoff while it is away, up to `retry_s` per outage."""
 
     def __init__(self, url: str, retry_s: float, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, what: str = "storage") -> None:
         self.url = mask_url(url)
         self.retry_s = retry_s
+        self.what = what  # the name the messages give it: "storage", "MLflow tracking store"
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
         self._since: float | None = None  # when the current outage began (None: the storage answers)
@@ -121,11 +122,13 @@ class Outages:
             return result
 
     def _outage(self, cause: BaseException) -> float:
-        """Note the outage (said once); the seconds left before giving up."""
+        """Note the outage (said once); the seconds left before giving up (none: no retries, nothing to say)."""
+        if self.retry_s <= 0:
+            return 0.0
         with self._lock:
             if self._since is None:
                 self._since = self._clock()
-                log.warning("waiting for storage %s: %s (retrying for up to %g s, storage.retry_s)", self.url,
+                log.warning("waiting for %s %s: %s (retrying for up to %g s, storage.retry_s)", self.what, self.url,
                             describe_cause(cause), self.retry_s)
             return self._since + self.retry_s - self._clock()
 
@@ -134,16 +137,21 @@ class Outages:
             return
         with self._lock:
             if self._since is not None:
-                log.warning("storage %s is back after %.1f s", self.url, self._clock() - self._since)
+                log.warning("%s %s is back after %.1f s", self.what, self.url, self._clock() - self._since)
                 self._since = None
 
     def _give_up(self, cause: BaseException) -> StorageUnavailable:
         with self._lock:
             if self._gave_up is None:
                 self._gave_up = StorageUnavailable(
-                    f"storage {self.url} unreachable for more than {self.retry_s:g} s (storage.retry_s): "
+                    f"{self.what} {self.url} unreachable for more than {self.retry_s:g} s (storage.retry_s): "
                     f"{describe_cause(cause)}")
             return self._gave_up
+
+    def reset(self) -> None:
+        """Retry again after giving up (the store was seen back by other means)."""
+        with self._lock:
+            self._gave_up, self._since = None, None
 
 
 class RetryingStorage(BaseStorage, BaseHeartbeat):

@@ -27,6 +27,7 @@ from mlflow.exceptions import MlflowException
 from sqlalchemy.exc import SQLAlchemyError
 
 from tuner.redact import mask_text, mask_url
+from tuner.store.retry import Outages, StorageUnavailable
 from tuner.tracking import runs
 from tuner.tracking.fallback import FallbackTracker, is_offline
 from tuner.tracking.outage import Outage, limit_http_retries
@@ -75,7 +76,7 @@ class Tracker(TrialLogging):
 
     def __init__(self, uri: str, experiment: str, on_unreachable: OnUnreachable | str = OnUnreachable.FAIL,
                  *, fallback_path: Path | str = Path("tracking-fallback.jsonl"),
-                 artifact_location: str | None = None, probe_timeout_s: float = 3.0) -> None:
+                 artifact_location: str | None = None, probe_timeout_s: float = 3.0, retry_s: float = 0.0) -> None:
         if not experiment:
             raise ValueError("tracking.experiment must be a non-empty name")
         self.uri = uri
@@ -87,6 +88,8 @@ class Tracker(TrialLogging):
         self._experiment_id: str | None = None  # resolved once, by check() or the first write
         self._outage = Outage(uri, self.fallback_path)  # the store away mid-study (on_unreachable=continue)
         self._ids: dict[str, str] = {}  # run ids handed out while it was away -> their MLflow ids, once replayed
+        # A database store (PostgreSQL restarted) is retried like the study's storage, up to storage.retry_s.
+        self._retry = Outages(uri, retry_s, what="MLflow tracking store")
         limit_http_retries(uri)
 
     @functools.cached_property
@@ -155,6 +158,7 @@ class Tracker(TrialLogging):
         except TrackingError:
             return  # away again: the next look goes on from the first record not written
         self._ids.update(ids)
+        self._retry.reset()
         self._outage.end(written)
 
     def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T], *run_ids: str) -> T:
@@ -163,8 +167,8 @@ class Tracker(TrialLogging):
         if self._outage.active or any(is_offline(r) for r in run_ids):
             return offline(self._outage.fallback)
         try:
-            return action()
-        except _STORE_ERRORS as err:
+            return self._retry.call(action)
+        except (*_STORE_ERRORS, StorageUnavailable) as err:
             message = f"writing to MLflow tracking store {self.masked_uri} failed ({_describe(err)})"
             if self.on_unreachable is OnUnreachable.FAIL:
                 raise TrackingError(message) from None  # the chained error could show the raw URI
