@@ -33,6 +33,7 @@ class PrivatePg:
     def __init__(self, bin_dir: Path, root: Path, port: int) -> None:
         self.bin_dir, self.root, self.port = bin_dir, root, port
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/pagetune"
+        self.mlflow_url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/pagetune_mlflow"
 
     def _as_postgres(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c", " ".join(args)], check=check,
@@ -46,7 +47,8 @@ class PrivatePg:
         self._as_postgres(str(self.bin_dir / "initdb"), "-D", str(self.root / "data"), "-A", "trust", "-U",
                           "postgres")
         self.start()
-        self._as_postgres(str(self.bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "pagetune")
+        for db in ("pagetune", "pagetune_mlflow"):
+            self._as_postgres(str(self.bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), db)
 
     def start(self) -> None:
         opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=100"

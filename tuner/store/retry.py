@@ -24,6 +24,7 @@ state change finds the trial already in that state and counts as done.
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import threading
 import time
@@ -184,7 +185,10 @@ class RetryingStorage(BaseStorage, BaseHeartbeat):
         return inner.get_heartbeat_stale_trial_callback() if isinstance(inner, BaseHeartbeat) else None
 
     def record_heartbeat(self, trial_id: int) -> None:
-        self._call(self._heartbeat_backend, "record_heartbeat", trial_id)
+        """Optuna's heartbeat thread: retried like any call; past the bound it stops quietly (a traceback of
+        its thread would hide the one-line error the main thread gives on its next call)."""
+        with contextlib.suppress(StorageUnavailable):
+            self._call(self._heartbeat_backend, "record_heartbeat", trial_id)
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         return self._call(self._heartbeat_backend, "_get_stale_trial_ids", study_id)

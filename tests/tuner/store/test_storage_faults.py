@@ -12,6 +12,7 @@ import time
 
 import optuna
 import pytest
+from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 from tests.tuner.cli import tuner_args
@@ -23,6 +24,7 @@ WORKERS, TRIALS = 2, 6
 
 
 def _start_workers(tmp_path, url: str, *extra: str) -> list[subprocess.Popen]:
+    """Two workers on the study at `url` (MLflow in SQLite unless `extra` says otherwise)."""
     env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1"}
     procs = []
     for w in range(WORKERS):
@@ -58,14 +60,14 @@ def _finish(procs) -> list[subprocess.CompletedProcess]:
 
 def test_a_restart_and_a_short_outage_cost_no_worker_and_no_trial(tmp_path, private_pg):  # noqa: F811
     pg = private_pg
-    procs = _start_workers(tmp_path, pg.url, "storage.retry_s=30")
+    procs = _start_workers(tmp_path, pg.url, "storage.retry_s=30", f"tracking.uri={pg.mlflow_url}")  # both in it
     _wait_for_complete_trial(pg.url, procs)
     pg.restart()  # `pg_ctl restart -m fast`: every open connection is cut
     away_s = pg.stop_for(6.0)  # well inside storage.retry_s
     outs = _finish(procs)
     for out in outs:
         assert out.returncode == 0, out.stderr[-3000:]
-        assert "Traceback" not in out.stderr
+        assert "Traceback" not in out.stderr, out.stderr[-3000:]
     trials = optuna.load_study(study_name="pg", storage=pg.url).get_trials()
     states = [t.state for t in trials]
     assert TrialState.RUNNING not in states and TrialState.FAIL not in states  # no trial lost to the outage
@@ -77,6 +79,12 @@ def test_a_restart_and_a_short_outage_cost_no_worker_and_no_trial(tmp_path, priv
     assert f"waiting for storage {pg.url}: " in logs
     assert "(retrying for up to 30 s, storage.retry_s)" in logs
     assert f"storage {pg.url} is back after" in logs
+    client = MlflowClient(pg.mlflow_url)
+    runs = client.search_runs([client.get_experiment_by_name("pagetune").experiment_id], "", max_results=100)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = sorted(int(r.data.tags["pagetune.trial_number"]) for r in runs if "mlflow.parentRunId" in r.data.tags)
+    assert [p.info.status for p in parents] == ["FINISHED"] and all(r.info.status != "RUNNING" for r in runs)
+    assert children == sorted(t.number for t in trials)  # one child per trial, none lost to the outage
     print(f"survived: a restart, then {away_s:.1f} s stopped; {len(done)} trials")
 
 
@@ -88,7 +96,7 @@ def test_an_outage_longer_than_retry_s_ends_each_worker_with_one_line(tmp_path, 
     outs = _finish(procs)  # they give up 4 s into the outage
     for out in outs:
         assert out.returncode == 1, out.stderr[-3000:]
-        assert "Traceback" not in out.stderr
+        assert "Traceback" not in out.stderr, out.stderr[-3000:]
         last = out.stderr.strip().splitlines()[-1]
         assert last.startswith(f"error: storage {pg.url} unreachable for more than 4 s (storage.retry_s): "
                                "OperationalError: "), last
