@@ -89,3 +89,18 @@ def test_other_errors_are_not_retried():
         outages.call(broken)
     assert clock.sleeps == []
     assert storage_failure(ValueError("x")) is None
+
+
+def test_a_retried_state_change_that_had_committed_counts_as_done():
+    clock = Clock()
+    outages = Outages(URL, 120, clock=lambda: clock.now, sleep=clock.sleep)
+    attempts = []
+
+    def tell() -> bool:  # committed, then the connection dropped; the retry finds the trial finished
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise _refused()
+        raise optuna.exceptions.UpdateFinishedTrialError("trial 3 is already finished")
+    assert outages.call(tell, done_already=lambda: True) is True
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):  # finished by someone else, in another state
+        outages.call(tell, done_already=lambda: False)
