@@ -125,7 +125,7 @@ def run(cfg: DictConfig) -> int:
         _discard_output(out_dir)
         return 2
     except Exception as e:
-        failure = storage_failure(e)
+        failure = storage_failure(e, str(OmegaConf.select(cfg, "storage.url", default="")))
         if failure is None:
             raise
         print(f"error: {failure}", file=sys.stderr)  # the root cause, not Optuna's symptom on top of it

@@ -211,9 +211,9 @@ if RetryingStorage.__abstractmethods__:  # pragma: no cover - Optuna grew an abs
     raise ImportError(f"RetryingStorage does not delegate {sorted(RetryingStorage.__abstractmethods__)}")
 
 
-def storage_failure(err: BaseException) -> str | None:
-    """The one line that says the storage failed, when it is what stopped the job (anywhere in `err`'s chain:
-    Optuna's own handling may raise another error on top of it); None for any other error."""
+def storage_failure(err: BaseException, url: str) -> str | None:
+    """The one line that says the storage at `url` failed, when it is what stopped the job (anywhere in `err`'s
+    chain: Optuna's own handling may raise another error on top of it); None for any other error."""
     seen = set()
     node: BaseException | None = err
     while node is not None and id(node) not in seen:
@@ -222,4 +222,4 @@ def storage_failure(err: BaseException) -> str | None:
             return str(node)
         node = node.__cause__ or node.__context__
     cause = operational_cause(err)
-    return None if cause is None else f"storage unreachable: {describe_cause(cause)}"
+    return None if cause is None else f"storage {mask_url(url)} unreachable: {describe_cause(cause)}"

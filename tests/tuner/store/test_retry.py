@@ -76,7 +76,7 @@ def test_past_the_bound_the_storage_gives_up_for_good_naming_the_root_cause():
         finally:
             raise UnboundLocalError("cannot access local variable 'updated_state'")
     except UnboundLocalError as symptom:
-        assert storage_failure(symptom) == expected
+        assert storage_failure(symptom, URL) == expected
 
 
 def test_other_errors_are_not_retried():
@@ -88,7 +88,10 @@ def test_other_errors_are_not_retried():
     with pytest.raises(ValueError):
         outages.call(broken)
     assert clock.sleeps == []
-    assert storage_failure(ValueError("x")) is None
+    assert storage_failure(ValueError("x"), URL) is None
+    dropped = sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+    assert storage_failure(dropped, URL) == (  # met outside the retried calls (the lock taken at opening)
+        "storage postgresql+psycopg://tuner:***@db:5432/optuna unreachable: ConnectionRefusedError: connection refused")
 
 
 def test_a_retried_state_change_that_had_committed_counts_as_done():
