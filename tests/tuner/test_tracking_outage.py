@@ -121,29 +121,35 @@ def test_a_server_down_midway_costs_nothing_and_the_replay_command_writes_it_all
     print(f"study ran {ran_down_s:.1f} s with the server down")
 
 
-def test_the_tracker_replays_the_fallback_when_the_server_is_back(tmp_path, mlflow_server, caplog, monkeypatch):
-    if not mlflow_server.up:
-        mlflow_server.start()
+def test_the_tracker_replays_the_fallback_whenever_the_server_is_back(tmp_path, mlflow_server, caplog, monkeypatch):
+    """Down at the start, back, down again mid-trial, back: every payload in MLflow, each written once."""
     monkeypatch.setattr("tuner.tracking.outage.PROBE_EVERY_S", 0.0)  # look at every call
-    tracker = Tracker(mlflow_server.uri, "pagetune", "continue", fallback_path=tmp_path / "fb.jsonl").check()
+    fallback = tmp_path / "fb.jsonl"
+    mlflow_server.kill()
+    tracker = Tracker(mlflow_server.uri, "pagetune", "continue", fallback_path=fallback).check()
+    assert not tracker.enabled
     parent = tracker.start_study("back", "a: 1\n", {}, {})
     first = tracker.begin_trial(parent, 0, {"x": 1}, "x: 1\n", {})
+    assert (parent, first) == ("offline:back", "offline:back:trial:0")
+    restart_s = mlflow_server.start()
+    tracker.end_trial(first, {"capacity_rps": 2.0}, RunState.FINISHED, None, [])  # replays 2 records, then writes
+    assert tracker.enabled
+    second = tracker.begin_trial("offline:back", 1, {"x": 2}, "x: 2\n", {})  # the offline parent id still works
     mlflow_server.kill()
     began = time.monotonic()
-    tracker.end_trial(first, {"capacity_rps": 2.0}, RunState.FINISHED, None, [])
+    tracker.end_trial(second, {"capacity_rps": 3.0}, RunState.FINISHED, None, [])  # to the file
     detected_s = time.monotonic() - began
-    second = tracker.begin_trial(parent, 1, {"x": 2}, "x: 2\n", {})
-    assert second == f"offline:{parent}:trial:1"
-    restart_s = mlflow_server.start()
-    tracker.end_trial(second, {"capacity_rps": 3.0}, RunState.FINISHED, None, [])  # replays, then writes
-    tracker.finish_study(parent)
+    mlflow_server.start()
+    tracker.finish_study(parent)  # replays the trial's end, then closes the parent
     messages = [r.getMessage() for r in caplog.records if r.name == "pagetune"]
-    assert sum("The study goes on without MLflow" in m for m in messages) == 1
-    assert any(m.startswith(f"MLflow tracking store {mlflow_server.uri} is back after") and
-               m.endswith(f"2 records replayed from {tmp_path / 'fb.jsonl'}") for m in messages), messages
+    back = [m for m in messages if m.startswith(f"MLflow tracking store {mlflow_server.uri} is back after")]
+    assert [m.rsplit(":", 1)[1] for m in back] == [f" 2 records replayed from {fallback}",
+                                                   f" 1 records replayed from {fallback}"]
+    assert sum("The study goes on without MLflow" in m for m in messages) == 1  # the mid-study outage's banner
     parents, children = _runs(mlflow_server.uri, "back")
     assert [p.info.status for p in parents] == ["FINISHED"]
     assert sorted((c.data.tags["pagetune.trial_number"], c.info.status, c.data.metrics["capacity_rps"])
                   for c in children) == [("0", "FINISHED", 2.0), ("1", "FINISHED", 3.0)]
+    assert (tmp_path / "fb.jsonl.replayed").read_text() == "3"  # the file's 3 lines, each written once
     assert detected_s < 10  # our bound, not MLflow's minutes
     print(f"down detected in {detected_s:.1f} s; server back in {restart_s:.1f} s")

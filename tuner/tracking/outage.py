@@ -54,9 +54,12 @@ class Outage:
     def active(self) -> bool:
         return self.since is not None
 
-    def begin(self, message: str) -> None:
+    def begin(self, message: str, said: bool = False) -> None:
+        """The store is away (`said`: the caller's banner said so already)."""
         if self.since is None:
             self.since = self._last_look = self._clock()
+            if said:
+                return
             logger.warning("%s. The study goes on without MLflow: every payload is kept in %s and replayed into "
                            "MLflow when the store is back (or: python -m tuner.tracking.replay %s --uri %s)",
                            message, self.fallback.path, self.fallback.path, self.uri)

@@ -1,7 +1,7 @@
 """MLflow tracking of a study: one parent run per study, one child run per trial.
 
-Call order: ``check()`` once before any trial (it returns the tracker to use, which is a
-:class:`FallbackTracker` when the store is unreachable and the user chose to continue), then
+Call order: ``check()`` once before any trial (with ``on_unreachable=continue`` an unreachable store
+starts an outage: payloads go to the :class:`FallbackTracker` file, `tracking.outage`), then
 ``start_study``; per trial either ``log_trial`` or ``begin_trial`` ... ``end_trial``; after a worker
 died, ``mark_stale_running``; at the end ``log_study_artifacts`` and ``finish_study``.
 
@@ -72,8 +72,6 @@ class Tracker(TrialLogging):
     created (None: MLflow's default for the store).
     """
 
-    enabled = True
-
     def __init__(self, uri: str, experiment: str, on_unreachable: OnUnreachable | str = OnUnreachable.FAIL,
                  *, fallback_path: Path | str = Path("tracking-fallback.jsonl"),
                  artifact_location: str | None = None, probe_timeout_s: float = 3.0, retry_s: float = 0.0) -> None:
@@ -112,8 +110,9 @@ class Tracker(TrialLogging):
 
     # ---- reachability -------------------------------------------------------------------------
 
-    def check(self) -> Tracker | FallbackTracker:
-        """Fail fast, before any trial, if the store cannot be reached (or fall back, by option)."""
+    def check(self) -> Tracker:
+        """Fail fast, before any trial, if the store cannot be reached (or, by option, start in an outage:
+        payloads to the fallback file, replayed into MLflow if the store appears during the study)."""
         result = probe(self.uri, self.probe_timeout_s)
         detail = result.detail
         if result.reachable:
@@ -127,8 +126,15 @@ class Tracker(TrialLogging):
             raise TrackingError(f"{message}; start it, fix tracking.uri, or set "
                                 "tracking.on_unreachable=continue to run without MLflow")
         logger.warning("%s. TRACKING IS DISABLED for this run: nothing goes to MLflow; every trial "
-                       "payload is appended to %s instead.", message, self.fallback_path)
-        return FallbackTracker(self.fallback_path, message)
+                       "payload is appended to %s instead (and replayed into MLflow if the store comes back).",
+                       message, self.fallback_path)
+        self._outage.begin(message, said=True)
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether payloads go to MLflow now (not to the fallback file)."""
+        return not self._outage.active
 
     def _experiment(self) -> str:
         if self._experiment_id is None:
