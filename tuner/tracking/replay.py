@@ -19,14 +19,20 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tuner.redact import mask_url
 from tuner.tracking import runs
 from tuner.tracking.fallback import OFFLINE_PREFIX, is_offline
-from tuner.tracking.payloads import RunState, TrackingError
+from tuner.tracking.payloads import OnUnreachable, RunState, TrackingError
+from tuner.tracking.probe import probe
 
-__all__ = ["replay"]
+__all__ = ["Replayed", "replay", "replay_if_back"]
+
+
+class Replayed(NamedTuple):
+    written: int  # lines of the file written to MLflow by this replay
+    ids: dict[str, str]  # each offline run id met -> its MLflow run id
 
 _TRIAL_SEP = ":trial:"
 
@@ -98,17 +104,31 @@ def _apply(tracker: Any, ids: _Ids, e: Mapping[str, Any]) -> None:
         tracker.finish_study(ids.real(e["run_id"]), RunState(e["state"]))
 
 
-def replay(path: Path, tracker: Any) -> tuple[int, dict[str, str]]:
-    """Write the lines of `path` not yet replayed through `tracker` (which must raise, not fall back): how many,
-    and the MLflow id of each offline run id met. Stops at the first that fails (TrackingError), counting
-    those written before it."""
+def replay(path: Path, tracker: Any) -> Replayed:
+    """Write the lines of `path` not yet replayed through `tracker` (which must raise, not fall back). Stops at
+    the first that fails (TrackingError), counting those written before it."""
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     start = lines_replayed(path)
     ids = _Ids(tracker)
     for number, line in enumerate(lines[start:], start=start + 1):
         _apply(tracker, ids, json.loads(line))
         _done_path(path).write_text(str(number))
-    return len(lines) - start, ids.known
+    return Replayed(len(lines) - start, ids.known)
+
+
+def replay_if_back(tracker: Any) -> Replayed | None:
+    """While `tracker`'s store was away: once a short probe passes, its fallback file replayed through a tracker
+    of the same store that fails rather than falls back; None while the store is still away."""
+    from tuner.tracking.tracker import Tracker  # it builds on this module
+
+    if not probe(tracker.uri, tracker.probe_timeout_s).reachable:
+        return None
+    replayer = Tracker(tracker.uri, tracker.experiment, OnUnreachable.FAIL,
+                       artifact_location=tracker.artifact_location)
+    try:
+        return replay(tracker.fallback_path, replayer)
+    except TrackingError:
+        return None  # away again: the next look goes on from the first record not written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default="pagetune", help="MLflow experiment (tracking.experiment)")
     args = parser.parse_args(argv)
     try:
-        written, _ = replay(args.fallback, Tracker(args.uri, args.experiment).check())
+        written = replay(args.fallback, Tracker(args.uri, args.experiment).check()).written
     except (TrackingError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -51,6 +51,7 @@ from tuner.tracking.payloads import (
     tags_to_strings,
 )
 from tuner.tracking.probe import probe
+from tuner.tracking.replay import replay_if_back
 
 __all__ = ["Tracker"]
 
@@ -150,22 +151,10 @@ class Tracker(TrialLogging):
 
     def _look_if_back(self) -> None:
         """While the store is away, at most every few seconds: when a probe passes, replay the fallback."""
-        if self._outage.due():
-            self._replay_fallback()
-
-    def _replay_fallback(self) -> None:
-        from tuner.tracking.replay import replay  # it builds on this module
-
-        if not probe(self.uri, self.probe_timeout_s).reachable:
-            return
-        replayer = Tracker(self.uri, self.experiment, OnUnreachable.FAIL, artifact_location=self.artifact_location)
-        try:
-            written, ids = replay(self.fallback_path, replayer)
-        except TrackingError:
-            return  # away again: the next look goes on from the first record not written
-        self._ids.update(ids)
-        self._retry.reset()
-        self._outage.end(written)
+        if self._outage.due() and (done := replay_if_back(self)) is not None:
+            self._ids.update(done.ids)
+            self._retry.reset()
+            self._outage.end(done.written)
 
     def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T], *run_ids: str) -> T:
         """Run a store write; on a store error raise (fail) or, from then on until the store is back, send
