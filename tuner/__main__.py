@@ -20,4 +20,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C while starting, before the study's own handler (tuner.interrupts) is up
+        print("interrupted (SIGINT) before the first trial", file=sys.stderr)
+        sys.exit(130)

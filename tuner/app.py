@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -28,12 +29,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from runtime import ConfigError, engine_limits, has_tokenizer, model_info
 from tuner.config import AppConfig, SloConfig, TunerConfigError, load_app_config
-from tuner.console import Console
+from tuner.console import Console, interrupted_line, quiet_failed_trial_tracebacks
+from tuner.interrupts import Interrupted, Interrupts
 from tuner.model_tokenizer import ModelTokenizer
 from tuner.redact import mask_text, mask_url
 from tuner.results.conclude import NoBaseline, conclude, measurements_planned
 from tuner.results.endpoint import measure_endpoint
-from tuner.results.export import write_exports
+from tuner.results.export import ExportError, write_exports
 from tuner.results.report import render_report
 from tuner.results.summary import export_metadata, report_inputs, study_plots, summary_lines
 from tuner.search.baseline import baseline_config
@@ -43,6 +45,7 @@ from tuner.search.space import SearchSpace
 from tuner.search.study import open_study, run_search, trials_counted
 from tuner.store.heartbeat import JournalHeartbeat
 from tuner.store.locking import store_lock
+from tuner.store.retry import storage_failure
 from tuner.tracking import RunState, Tracker, TrackingError
 from tuner.traffic import (
     ReplayWindow,
@@ -130,14 +133,28 @@ class Refused(Exception):
 def run(cfg: DictConfig) -> int:
     _mask_hydra_record(HydraConfig.get())
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours (tuner.console)
+    quiet_failed_trial_tracebacks()
+    # MLflow logs each database error with its traceback before raising it: the tracker retries it through an
+    # outage (storage.retry_s) or reports it in one line.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # RDB heartbeats
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        return _job(cfg, out_dir)
+        with Interrupts().installed() as interrupts:
+            return _job(cfg, out_dir, interrupts)
+    except Interrupted as e:  # before the study opened: nothing to save
+        print(f"interrupted ({signal.Signals(e.signum).name}) before the first trial", file=sys.stderr)
+        return e.exit_code
     except Refused as e:
         print(f"error: {e}", file=sys.stderr)
         _discard_output(out_dir)
         return 2
+    except Exception as e:
+        failure = storage_failure(e, str(OmegaConf.select(cfg, "storage.url", default="")))
+        if failure is None:
+            raise
+        print(f"error: {failure}", file=sys.stderr)  # the root cause, not Optuna's symptom on top of it
+        return 1
 
 
 def _discard_output(out_dir: Path) -> None:
@@ -158,13 +175,14 @@ def _inputs(cfg: DictConfig) -> tuple[AppConfig, TrafficLoad, ReplayWindow, Repl
         raise Refused(str(e)) from None
 
 
-def _job(cfg: DictConfig, out_dir: Path) -> int:
+def _job(cfg: DictConfig, out_dir: Path, interrupts: Interrupts) -> int:
     app, traffic, search, held_out, rates = _inputs(cfg)
     console = Console()
     console.line(f"traffic: {traffic.summary()}")
     if app.replay.target is not None:
         return _endpoint(app, traffic, search, rates, console, out_dir)
-    executor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb)
+    executor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb, interrupts)
+    interrupts.on_force = executor.kill
     try:
         hardware = executor.describe(app.runtime)
         try:
@@ -203,7 +221,7 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
     try:
         with store_lock(app.tracking.uri, "mlflow-tables"):  # workers starting together on a fresh store
             tracker = Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
-                              fallback_path=out_dir / "tracking-fallback.jsonl").check()
+                              fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=app.storage.retry_s).check()
     except TrackingError as e:
         raise Refused(str(e)) from None
     identity = study_identity(app, traffic.sha256)
@@ -227,6 +245,16 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
     try:
         return _tune(app, study, space, baseline, traffic, search, held_out, rates, executor, tracker, parent[0],
                      console, hardware, on_stale, out_dir)
+    except Interrupted as e:
+        tracker.finish_study(parent[0], RunState.KILLED)
+        console.close()
+        print(interrupted_line(study, app.storage.url, signal.Signals(e.signum).name), file=sys.stderr)
+        return e.exit_code
+    except ExportError as e:
+        tracker.finish_study(parent[0], RunState.FAILED)
+        print(f"error: {e}; the trials are kept in {mask_url(app.storage.url)}: rerun the same command once the "
+              "folder can take the results (the study concludes again)", file=sys.stderr)
+        return 1
     except BaseException:
         tracker.finish_study(parent[0], RunState.FAILED)
         raise
@@ -240,8 +268,8 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
         heartbeat = JournalHeartbeat(app.storage.url, app.storage.heartbeat_interval_s, app.storage.grace_period_s,
                                      on_stale)
     runner = TrialRunner(app, space, executor, search, rates, baseline, tracker, parent, console.trial_end,
-                         console.progress, heartbeat)
-    run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale)
+                         console.progress, heartbeat, executor.interrupts, on_stale)
+    run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale, executor.interrupts)
     console.end_trials()
     bar = console.bar(measurements_planned(app, app.tuner.finalists), "re-measuring finalists and baseline")
     try:
@@ -252,7 +280,10 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
         return 1
     finally:
         bar.close()
-    plot_paths = study_plots(app, study, c, out_dir / "plots")
+    try:
+        plot_paths = study_plots(app, study, c, out_dir / "plots")
+    except OSError as e:
+        raise ExportError(e.filename or out_dir / "plots", e) from None
     inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
                            [p.name for p in plot_paths], list(HydraConfig.get().overrides.task))
     paths = write_exports(out_dir, runtime=c.exported.config.to_dict(),

@@ -201,6 +201,7 @@ class StorageConfig:
     heartbeat_interval_s: int = 60  # a running trial beats this often; a dead worker's trial goes stale
     grace_period_s: int = 180  # no beat for this long and the trial is failed and retried
     max_retry: int = 2  # times a stale (dead worker's) trial is re-queued
+    retry_s: float = 120.0  # RDB: a storage call is retried (with backoff) through an outage this long, then fails
 
     def __post_init__(self) -> None:
         _check(bool(self.url), "storage.url", "must not be empty")
@@ -211,6 +212,7 @@ class StorageConfig:
         _check(self.grace_period_s > self.heartbeat_interval_s, "storage.grace_period_s",
                f"must be > storage.heartbeat_interval_s, got {self.grace_period_s}")
         _check(self.max_retry >= 0, "storage.max_retry", f"must be >= 0, got {self.max_retry}")
+        _check(self.retry_s >= 0, "storage.retry_s", f"must be >= 0, got {self.retry_s}")
 
 
 @dataclass(frozen=True)

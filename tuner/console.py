@@ -16,9 +16,10 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tuner.redact import mask_text
 from tuner.search.space import is_baseline
+from tuner.search.study import INTERRUPTED, TrialFailed
 from tuner.trials.job import TrialOutcome, TrialStatus
 
-__all__ = ["SATURATED_WARNING", "Console", "trial_line"]
+__all__ = ["SATURATED_WARNING", "Console", "interrupted_line", "quiet_failed_trial_tracebacks", "trial_line"]
 
 SATURATED_WARNING = ("warning: the baseline met the SLO with the whole search window arriving at once: capacity "
                      "cannot rank configs on this window. Tighten the SLO (slo.ttft_s, slo.tpot_s) or replay more "
@@ -38,6 +39,33 @@ def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[s
         return (f"{head}: goodput {metrics['goodput_rps']:.4g} req/s, attainment {metrics['slo_attainment']:.3f}, "
                 f"output {metrics['output_tok_s']:.4g} tok/s, E2E p99 {metrics['e2e_p99_s']:.3g} s [{knobs}]")
     return f"{head}: {outcome.status.value.upper()}: {mask_text(outcome.reason or '')} [{knobs}]"
+
+
+def interrupted_line(study: optuna.Study, storage: str, signal_name: str) -> str:
+    """What a signal left: the trials measured (in the storage), the trial re-queued, how to go on."""
+    trials = study.get_trials(deepcopy=False)
+    measured = sum(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
+    waiting = {n for t in trials if t.state is optuna.trial.TrialState.WAITING
+               for n in t.system_attrs.get("retry_history", ())}
+    requeued = [t.number for t in trials if t.number in waiting and t.user_attrs.get("status") == INTERRUPTED]
+    again = f"trial {', '.join(map(str, requeued))} re-enqueued" if requeued else "no trial was running"
+    return (f"interrupted ({signal_name}): {measured} trials measured are saved in {mask_text(storage)}; {again}; "
+            "resume with the same command")
+
+
+class _NoTracebackForTrialFailed(logging.Filter):
+    """Optuna logs a caught exception with its traceback; a failed trial's reason is already one console line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], TrialFailed):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_failed_trial_tracebacks() -> None:
+    optuna_logger = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, _NoTracebackForTrialFailed) for f in optuna_logger.filters):
+        optuna_logger.addFilter(_NoTracebackForTrialFailed())
 
 
 log = logging.getLogger("pagetune")

@@ -29,6 +29,7 @@ from tuner.config import (
     load_app_config,
 )
 from tuner.search.samplers import IncumbentPruner, build_pruner, build_sampler
+from tuner.store.retry import RetryingStorage
 from tuner.store.storage import build_storage
 
 
@@ -150,7 +151,10 @@ def test_journal_storage(compose, traffic, tmp_path):
 
 def test_rdb_storage(tmp_path):
     storage = build_storage(StorageConfig(url=f"sqlite:///{tmp_path / 'o.db'}"))
-    assert isinstance(storage, optuna.storages.RDBStorage)
+    assert isinstance(storage, RetryingStorage)  # every call retried through an outage (storage.retry_s)
+    rdb = storage._heartbeat_backend
+    assert isinstance(rdb, optuna.storages.RDBStorage) and rdb.engine_kwargs == {"pool_pre_ping": True}
+    assert storage.outages.retry_s == 120.0
 
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # QMCSampler

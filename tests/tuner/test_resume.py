@@ -12,6 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.tuner.cli import mlflow_runs, run_tuner, study_trials, tuner_args
+from tuner.search.space import BASELINE_ATTR
 from tuner.traffic import SAMPLE_TRAFFIC
 
 FAST_HEARTBEAT = ["storage.heartbeat_interval_s=1", "storage.grace_period_s=2"]
@@ -49,12 +50,13 @@ def test_a_named_study_is_not_resumed_on_other_traffic(tmp_path):
     assert [p.info.status for p in parents] == ["FINISHED"]  # the study's own parent run is untouched
 
 
-def _trial_1_run_is_open(tmp_path) -> bool:
+def _trial_run_is_open(tmp_path, number: int) -> bool:
     try:
         _, _, children = mlflow_runs(tmp_path, "k")
     except Exception:  # the store may not be created yet
         return False
-    return any(c.data.tags.get("pagetune.trial_number") == "1" and c.info.status == "RUNNING" for c in children)
+    return any(c.data.tags.get("pagetune.trial_number") == str(number) and c.info.status == "RUNNING"
+               for c in children)
 
 
 def _trials(tmp_path, storage: str) -> list[optuna.trial.FrozenTrial]:
@@ -64,8 +66,8 @@ def _trials(tmp_path, storage: str) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name="k", storage=optuna.storages.JournalStorage(backend)).get_trials()
 
 
-def _wait_for_running_trial(tmp_path, proc, storage: str, deadline_s: float = 240) -> None:
-    """Until trial 0 is complete and trial 1 is running, in Optuna and in MLflow (read from their stores)."""
+def _wait_for_running_trial(tmp_path, proc, storage: str, deadline_s: float = 240, number: int = 1) -> None:
+    """Until the trials before `number` are complete and it runs, in Optuna and in MLflow (read from their stores)."""
     start = time.monotonic()
     while time.monotonic() - start < deadline_s:
         assert proc.poll() is None, proc.stderr.read()[-3000:]
@@ -74,10 +76,11 @@ def _wait_for_running_trial(tmp_path, proc, storage: str, deadline_s: float = 24
                 states = [t.state for t in _trials(tmp_path, storage)]
             except Exception:  # the study or its tables may not exist yet
                 states = []
-            if states[:2] == [TrialState.COMPLETE, TrialState.RUNNING] and _trial_1_run_is_open(tmp_path):
+            expected = [TrialState.COMPLETE] * number + [TrialState.RUNNING]
+            if states[:number + 1] == expected and _trial_run_is_open(tmp_path, number):
                 return
         time.sleep(0.2)
-    raise AssertionError("trial 1 never started")
+    raise AssertionError(f"trial {number} never started")
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "journal"])
@@ -96,8 +99,7 @@ def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path, storag
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the tuner and its worker, mid-trial
         proc.wait()
-    time.sleep(3)  # past the grace period: trial 1 is stale
-    rerun = run_tuner(args, cwd=tmp_path)
+    rerun = run_tuner(args, cwd=tmp_path)  # at once: it waits for trial 1's heartbeat to go stale if need be
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     trials = _trials(tmp_path, storage)
     assert trials[1].state is TrialState.FAIL  # failed by heartbeat...
@@ -111,3 +113,104 @@ def test_killed_midway_then_rerun_completes_the_requested_total(tmp_path, storag
     assert all(c.info.status != "RUNNING" for c in children)
     dead = [c for c in children if c.data.tags["pagetune.trial_number"] == "1"]
     assert [c.info.status for c in dead] == ["FAILED"]
+    assert ("4 trials: 3 measured, 0 stopped at the incumbent's capacity, 1 failed (0 interrupted, 1 lost with their "
+            "worker), 1 retried") in (tmp_path / "out-k" / "report.md").read_text()
+
+
+def _group_ends(pgid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+SLOW_TRIALS = ["replay.time_scale=1", "replay.max_requests=60", "slo.ttft_s=0.3", "slo.tpot_s=0.02", "tuner.repeats=3",
+               "tuner.pruner=none", "runtime.cache.device_memory_gb=0.2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_study_cleanly_and_a_rerun_measures_the_interrupted_trial(tmp_path, sig):
+    """The baseline (trial 0) interrupted: failed, its MLflow run KILLED, queued again as the baseline."""
+    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *SLOW_TRIALS, study="k", trials=2)
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        _wait_for_running_trial(tmp_path, proc, "sqlite", number=0)
+        sent = time.monotonic()
+        if sig is signal.SIGINT:
+            os.killpg(proc.pid, sig)  # Ctrl-C in a terminal: the whole process group, the worker too
+        else:
+            os.kill(proc.pid, sig)  # a service manager: the tuner alone
+        stdout, stderr = proc.communicate(timeout=60)
+        stopped_s = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, stderr[-3000:]
+    assert stopped_s < 10
+    assert _group_ends(proc.pid, 5)  # the worker too (and multiprocessing's resource tracker)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stdout + stderr and "KeyboardInterrupt" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted ({sig.name}): 0 trials measured are saved in sqlite:///{tmp_path}/optuna.db; trial 0 "
+        "re-enqueued; resume with the same command")
+    trials = study_trials(tmp_path, "k")
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    assert trials[0].user_attrs["reason"] == "interrupted"
+    assert trials[1].system_attrs["failed_trial"] == 0
+    assert trials[1].user_attrs[BASELINE_ATTR] == trials[0].user_attrs[BASELINE_ATTR]  # still the baseline
+    _, parents, children = mlflow_runs(tmp_path, "k")
+    assert [p.info.status for p in parents] == ["KILLED"]
+    assert [(c.data.tags["pagetune.trial_number"], c.info.status) for c in children] == [("0", "KILLED")]
+    print(f"{sig.name}: stopped {stopped_s:.1f} s after the signal")
+    if sig is signal.SIGINT:
+        return  # one resume is enough: it measures the re-queued trial
+    rerun = run_tuner([*args, "tuner.repeats=1"], cwd=tmp_path)  # the same study (one replay a probe: faster)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    trials = study_trials(tmp_path, "k")
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert sum(BASELINE_ATTR in t.user_attrs for t in trials) == 2  # the interrupted baseline and its retry only
+    _, parents, children = mlflow_runs(tmp_path, "k")
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert all(c.info.status != "RUNNING" for c in children)
+    assert ("3 trials: 2 measured, 0 stopped at the incumbent's capacity, 1 failed (1 interrupted, 0 lost with their "
+            "worker), 1 retried") in (tmp_path / "out-k" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_exits_at_once(tmp_path):
+    args = tuner_args(tmp_path, SAMPLE_TRAFFIC, *SLOW_TRIALS, study="k", trials=2)
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TQDM_DISABLE": "1"}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "optuna.db").exists() or TrialState.RUNNING not in _states(tmp_path):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:]
+            time.sleep(0.2)
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        stopped_s = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and stopped_s < 3, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        "SIGINT again: exiting now; the running trial stays RUNNING until its heartbeat goes stale (a rerun then "
+        "retries it)")
+    assert "Traceback" not in stderr
+    assert _group_ends(proc.pid, 5)  # the worker was killed on the way out
+
+
+def _states(tmp_path) -> list[TrialState]:
+    try:
+        return [t.state for t in study_trials(tmp_path, "k")]
+    except Exception:  # the study or its tables may not exist yet
+        return []

@@ -8,15 +8,18 @@ EngineConfig's own `metadata` field, so one file loads both ways:
 
 (the `runtime` group's package is `runtime`, so the file needs no `runtime:` wrapper).
 
-Each file goes to a temporary file in the same folder, is flushed and fsynced, loaded back and
-checked, and only then renamed over the target (`os.replace` is atomic on POSIX): a reader, or a
-process killed mid-export, sees the old file or the complete new one, never half of one.
+The three are one set. Each is written into a staging folder beside the targets (`.exports-*`),
+flushed, fsynced, loaded back and checked; only when all three are, they are renamed over the targets
+(`os.replace`, atomic on POSIX, needs no space); a rename that fails puts back what the set replaced.
+A reader, or a process killed mid-export, sees the old set or the new one, never half of a file; a full
+disk or a read-only folder is an `ExportError` that names the path, and leaves the old set in place.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, timezone
@@ -31,7 +34,15 @@ from runtime import EngineConfig
 from tuner.schema import hydra_schema
 from tuner.vllm import vllm_yaml
 
-__all__ = ["ExportPaths", "provenance", "write_exports"]
+__all__ = ["ExportError", "ExportPaths", "provenance", "write_exports"]
+
+
+class ExportError(RuntimeError):
+    """The exports could not be written (disk full, read-only, not a folder); the message names the path."""
+
+    def __init__(self, path: Path | str, err: OSError) -> None:
+        self.path = Path(path)
+        super().__init__(f"cannot write {path}: {err.strerror or err}")
 
 
 class ExportPaths(NamedTuple):
@@ -42,16 +53,34 @@ class ExportPaths(NamedTuple):
 
 def write_exports(out_dir: str | Path, *, runtime: Mapping[str, Any], metadata: Mapping[str, Any],
                   report_md: str) -> ExportPaths:
-    """Write best.yaml, vllm.yaml and report.md into `out_dir`; each is loaded back and checked."""
+    """Write best.yaml, vllm.yaml and report.md into `out_dir` as one set; each is loaded back and checked.
+    Raises `ExportError` (the old set untouched) when the folder cannot take them."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     config = EngineConfig.from_mapping({**runtime, "metadata": _plain(metadata, "metadata")})
-    paths = ExportPaths(out / "best.yaml", out / "vllm.yaml", out / "report.md")
-    _atomic_write(paths.best, _best_text(config), lambda p: _check_best(p, config))
     vllm = vllm_yaml(config.to_dict())
-    _atomic_write(paths.vllm, vllm.text, lambda p: _check_vllm(p, vllm.args))
-    _atomic_write(paths.report, report_md, lambda p: _check_text(p, report_md))
-    return paths
+    files = {"best.yaml": (_best_text(config), lambda p: _check_best(p, config)),
+             "vllm.yaml": (vllm.text, lambda p: _check_vllm(p, vllm.args)),
+             "report.md": (report_md, lambda p: _check_text(p, report_md))}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for killed in out.glob(".exports-*"):  # the stage of an export killed midway
+            shutil.rmtree(killed, ignore_errors=True)
+        stage = Path(tempfile.mkdtemp(dir=out, prefix=".exports-"))
+    except OSError as err:
+        raise ExportError(out, err) from None
+    try:
+        for name, (text, check) in files.items():
+            try:
+                _write_checked(stage / name, text, check)
+            except OSError as err:
+                raise ExportError(out / name, err) from None
+        try:
+            _move_set(stage, out, list(files))
+        except OSError as err:
+            raise ExportError(err.filename2 or err.filename or out, err) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return ExportPaths(out / "best.yaml", out / "vllm.yaml", out / "report.md")
 
 
 def provenance(now: datetime | None = None) -> dict[str, str]:
@@ -95,22 +124,36 @@ def _check_text(path: Path, text: str) -> None:
         raise RuntimeError(f"{path}: does not read back")
 
 
-def _atomic_write(path: Path, text: str, check: Callable[[Path], None]) -> None:
-    """Write through a checked temp file in the same folder, then rename it over `path`."""
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(name)
+def _write_checked(path: Path, text: str, check: Callable[[Path], None]) -> None:
+    """Write `path` (staged), flushed and fsynced, then check what reads back."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    path.chmod(0o644)
+    check(path)
+
+
+def _move_set(stage: Path, out: Path, names: list[str]) -> None:
+    """Rename the staged files over their targets; if one rename fails, undo the ones before it."""
+    _fsync_dir(stage)
+    for name in names:  # the old set kept aside (hard links: no space, no copy)
+        if (out / name).is_file():
+            os.link(out / name, stage / f"{name}.old")
+    moved: list[str] = []
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.chmod(0o644)  # mkstemp creates 0600
-        check(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        for name in names:
+            os.replace(stage / name, out / name)
+            moved.append(name)
+    except OSError:
+        for name in moved:
+            old = stage / f"{name}.old"
+            if old.exists():
+                os.replace(old, out / name)
+            else:
+                (out / name).unlink()
         raise
-    _fsync_dir(path.parent)  # make the rename itself durable
+    _fsync_dir(out)  # make the renames themselves durable
 
 
 def _fsync_dir(folder: Path) -> None:

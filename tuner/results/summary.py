@@ -19,6 +19,7 @@ from tuner.results.export import ExportPaths, provenance
 from tuner.results.finalists import BASELINE
 from tuner.results.report import ReportInputs, headline_lines
 from tuner.search.objective import Rates
+from tuner.search.study import INTERRUPTED
 from tuner.traffic import ReplayWindow, TrafficLoad, max_model_len_candidates
 
 __all__ = ["export_metadata", "report_inputs", "study_plots", "summary_lines"]
@@ -49,11 +50,21 @@ def capacity_reading(app: AppConfig, c: Conclusion, rates: Rates) -> list[str]:
             f"{reading['replicas_at_peak']:.0f} replica(s)"]
 
 
+def trial_counts(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
+    """Measured, stopped, failed (interrupted by a signal, lost with a dead worker), and retried."""
+    states = {s: sum(t.state is s for t in trials) for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+    failed = [t for t in trials if t.state is TrialState.FAIL]
+    interrupted = sum(t.user_attrs.get("status") == INTERRUPTED for t in failed)
+    lost = sum("status" not in t.user_attrs for t in failed)  # failed by the heartbeat: no outcome came back
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
+    return (f"{len(trials)} trials: {states[TrialState.COMPLETE]} measured, {states[TrialState.PRUNED]} stopped at "
+            f"the incumbent's capacity, {states[TrialState.FAIL]} failed ({interrupted} interrupted, {lost} lost with "
+            f"their worker), {len(retried)} retried")
+
+
 def _search_lines(study: optuna.Study) -> list[str]:
     trials = study.get_trials(deepcopy=False)
-    states = {s: sum(t.state is s for t in trials) for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
-    lines = [f"{len(trials)} trials: {states[TrialState.COMPLETE]} measured, {states[TrialState.PRUNED]} stopped "
-             f"at the incumbent's capacity, {states[TrialState.FAIL]} failed"]
+    lines = [trial_counts(trials)]
     cost = [t.duration.total_seconds() for t in trials if t.duration is not None]
     if cost:
         lines.append(f"wall time per trial: median {statistics.median(cost):.1f} s, max {max(cost):.1f} s")

@@ -15,6 +15,7 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import optuna
@@ -23,9 +24,10 @@ from optuna.trial import TrialState
 
 from runtime import EngineConfig
 from tuner.config import AppConfig, ObjectiveName, PrunerName
+from tuner.interrupts import Interrupted, Interrupts
 from tuner.search.samplers import CHECKPOINT_STEP, INCUMBENT_ATTR
 from tuner.search.space import SearchSpace, is_baseline
-from tuner.search.study import TrialFailed
+from tuner.search.study import INTERRUPTED, TrialFailed, TrialInterrupted, requeue
 from tuner.store.heartbeat import JournalHeartbeat
 from tuner.tracking import RunState
 from tuner.traffic import ReplayWindow
@@ -97,6 +99,8 @@ class TrialRunner:
     on_trial_end: Callable[[optuna.trial.Trial, TrialOutcome, dict[str, float]], None] | None = None
     on_progress: Callable[[int, int, float, int, int], None] | None = None  # (trial, probe, scale, done, total)
     heartbeat: JournalHeartbeat | None = None  # journal storage only: RDB storage beats by itself
+    interrupts: Interrupts | None = None  # a signal stops the study: the running trial is re-queued
+    on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None  # a dead worker's trial
 
     def fail_stale(self, study: optuna.Study) -> None:
         """Fail (and re-queue) trials whose worker died; RDB storage does it through its heartbeats."""
@@ -104,8 +108,21 @@ class TrialRunner:
             self.heartbeat.fail_stale(study, None)
         else:
             optuna.storages.fail_stale_trials(study)
+        self._fail_overdue(study)
+
+    def _fail_overdue(self, study: optuna.Study) -> None:
+        """A RUNNING trial older than a live one can be (its timeout and the grace period) has no worker, even
+        one without a heartbeat to go stale (killed before its first beat): failed and handed over the same way."""
+        bound = timedelta(seconds=self.app.tuner.trial_timeout_s + self.app.storage.grace_period_s)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.datetime_start is not None and datetime.now() - t.datetime_start > bound:
+                study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+                if self.on_stale is not None:
+                    self.on_stale(study, t)
 
     def __call__(self, trial: optuna.trial.Trial) -> list[float]:
+        if self.interrupts is not None and self.interrupts.requested:  # came between two trials
+            raise self._interrupted(trial, None)
         if self.heartbeat is not None:
             self.heartbeat.fail_stale(trial.study, running=trial.number)
         values = self.space.suggest(trial, self.app.runtime)
@@ -121,9 +138,12 @@ class TrialRunner:
                                           {"pagetune.baseline": str(is_baseline(trial)).lower()})
         beating = self.heartbeat.beating(trial) if self.heartbeat else contextlib.nullcontext()
         with beating:
-            outcome = self.executor.run(job, self.window.requests, lambda *p: self._progress(trial, *p),
-                                        lambda probe: self._checkpoint(trial, probe, incumbent),
-                                        self.app.tuner.trial_timeout_s)
+            try:
+                outcome = self.executor.run(job, self.window.requests, lambda *p: self._progress(trial, *p),
+                                            lambda probe: self._checkpoint(trial, probe, incumbent),
+                                            self.app.tuner.trial_timeout_s)
+            except Interrupted:
+                raise self._interrupted(trial, run_id) from None
         metrics = trial_metrics(self.app, outcome, self.rates)
         self._record(trial, outcome, config, metrics)
         self.tracker.end_trial(run_id, metrics, _run_state(outcome.status), outcome.reason,
@@ -136,6 +156,15 @@ class TrialRunner:
         if outcome.status is TrialStatus.pruned:
             raise optuna.TrialPruned(outcome.reason)
         return self._values(outcome)
+
+    def _interrupted(self, trial: optuna.trial.Trial, run_id: str | None) -> TrialInterrupted:
+        """Record a trial a signal stopped (Optuna fails it on the raise) and queue its parameters again."""
+        trial.set_user_attr("status", INTERRUPTED)
+        trial.set_user_attr("reason", INTERRUPTED)
+        if run_id is not None:
+            self.tracker.end_trial(run_id, {}, RunState.KILLED, INTERRUPTED, [], {STATUS_TAG: INTERRUPTED})
+        requeue(trial.study, next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number))
+        return TrialInterrupted(f"trial {trial.number} {INTERRUPTED}")
 
     def _incumbent(self, study: optuna.Study) -> float | None:
         """The best feasible capacity so far (req/s): where a capacity trial's search starts."""

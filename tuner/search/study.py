@@ -4,12 +4,15 @@ Call order (one `python -m tuner` process; several may share a study through its
     open_study      create or resume the study under its name; check its fingerprint; enqueue the
                     baseline once (under the store lock)
     run_search      trials until the study holds `tuner.n_trials` (all workers together)
-A failed trial never stops the study (`TrialFailed` is caught by Optuna and recorded as FAIL).
+A failed trial never stops the study (`TrialFailed` is caught by Optuna and recorded as FAIL). An
+interrupted one (`TrialInterrupted`, a signal) is FAIL too, re-queued with its parameters (`requeue`), and
+the study stops: `run_search` raises `Interrupted` once Optuna has recorded it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,19 +20,38 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import AppConfig
+from tuner.interrupts import Interrupts
 from tuner.search.identity import StudyIdentity
 from tuner.search.samplers import build_pruner, build_sampler
-from tuner.search.space import SearchSpace
+from tuner.search.space import BASELINE_ATTR, SearchSpace
 from tuner.store.locking import store_lock
 from tuner.store.storage import build_storage
 
 log = logging.getLogger("pagetune")
 
-__all__ = ["SEEDS_ATTR", "TrialFailed", "open_study", "run_search", "trials_counted"]
+__all__ = ["INTERRUPTED", "SEEDS_ATTR", "TrialFailed", "TrialInterrupted", "open_study", "requeue", "run_search",
+           "trials_counted"]
+
+INTERRUPTED = "interrupted"  # the `status` and `reason` user attrs of a trial a signal stopped
 
 
 class TrialFailed(Exception):
     """A trial ended without a measurement; Optuna records it as FAIL and the study goes on."""
+
+
+class TrialInterrupted(TrialFailed):
+    """A signal stopped the trial: FAIL in Optuna, re-queued; the study stops after recording it."""
+
+
+def requeue(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue `trial`'s parameters again (what Optuna's retry callbacks do: the copy names the trial it retries,
+    so the budget counts the copy and not the original). Only the baseline's mark is carried over."""
+    history = [*trial.system_attrs.get("retry_history", ()), trial.number]
+    system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
+    user_attrs = {k: v for k, v in trial.user_attrs.items() if k == BASELINE_ATTR}
+    study.add_trial(optuna.create_trial(state=TrialState.WAITING, params=trial.params,
+                                        distributions=trial.distributions, user_attrs=user_attrs,
+                                        system_attrs=system_attrs))
 
 
 def open_study(app: AppConfig, identity: StudyIdentity, space: SearchSpace, baseline_values: Mapping[str, Any],
@@ -67,15 +89,37 @@ def trials_counted(study: optuna.Study) -> int:
 
 
 def run_search(study: optuna.Study, objective: Callable[[optuna.trial.Trial], Any], n_trials: int,
-               timeout_s: float | None, fail_stale: Callable[[optuna.Study], None]) -> None:
-    """Run trials until the study holds `n_trials` (a resumed study continues to that total)."""
+               timeout_s: float | None, fail_stale: Callable[[optuna.Study], None], interrupts: Interrupts,
+               poll_s: float = 1.0) -> None:
+    """Run trials until the study holds `n_trials` (a resumed study continues to that total) and none is
+    RUNNING: a trial another worker runs is waited for, a dead worker's is failed once its heartbeat is stale
+    and its retry is run here. A signal stops it: `Interrupted`, after the running trial is recorded."""
     def stop_at_budget(study: optuna.Study, _trial: FrozenTrial) -> None:
-        if trials_counted(study) >= n_trials:
+        if interrupts.requested or trials_counted(study) >= n_trials:
             study.stop()
 
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     fail_stale(study)  # a killed run's trial is failed and re-queued before the budget is counted
-    if trials_counted(study) >= n_trials:
+    if trials_counted(study) >= n_trials and not _running(study):
         log.info("study %s already holds %d trials: nothing to run", study.study_name, trials_counted(study))
         return
-    study.optimize(objective, callbacks=[stop_at_budget], catch=(TrialFailed,), timeout=timeout_s,
-                   gc_after_trial=False)
+    said = False
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if trials_counted(study) < n_trials and (left is None or left > 0):
+            study.optimize(objective, callbacks=[stop_at_budget], catch=(TrialFailed,), timeout=left,
+                           gc_after_trial=False)
+        interrupts.check()
+        running = _running(study)
+        if not running:
+            return
+        if not said:  # no result while a trial may still change it, or lies in a dead worker's hands
+            log.info("waiting for trial(s) %s: finished by their worker, or failed and retried here once their "
+                     "heartbeat is stale", ", ".join(map(str, running)))
+            said = True
+        time.sleep(poll_s)
+        fail_stale(study)
+
+
+def _running(study: optuna.Study) -> list[int]:
+    return [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]

@@ -9,6 +9,7 @@ import optuna
 import sqlalchemy
 
 from tuner.config import StorageBackend, StorageConfig
+from tuner.store.retry import Outages, RetryingStorage
 
 __all__ = ["build_storage"]
 
@@ -17,12 +18,24 @@ def build_storage(cfg: StorageConfig, on_stale: Callable[..., None] | None = Non
     """RDB storage (SQLite, PostgreSQL) with heartbeats, or a journal file for several local workers.
 
     `on_stale(study, trial)` runs when a worker finds a trial whose worker stopped beating. Optuna's
-    heartbeats are RDB-only; journal studies get theirs from `tuner.journal_heartbeat`.
+    heartbeats are RDB-only; journal studies get theirs from `tuner.journal_heartbeat`. An RDB storage
+    checks each pooled connection before use and retries every call through an outage of up to
+    `storage.retry_s` (`tuner.store.retry`), its opening too.
     """
     if cfg.backend is StorageBackend.journal:
         backend = optuna.storages.journal.JournalFileBackend(cfg.url)
         return optuna.storages.JournalStorage(backend)
-    return _rdb_storage(cfg, on_stale)
+    outages = Outages(cfg.url, cfg.retry_s)
+    rdb = outages.call(lambda: _rdb_storage(cfg, on_stale))
+    return RetryingStorage(optuna.storages._CachedStorage(rdb), outages)
+
+
+def _engine_kwargs(url: str) -> dict:
+    """A dead pooled connection (a restarted server) is replaced before use; a connect gives up in 10 s."""
+    kwargs: dict = {"pool_pre_ping": True}
+    if url.startswith("postgresql"):
+        kwargs["connect_args"] = {"connect_timeout": 10}
+    return kwargs
 
 
 # Optuna creates its tables and stamps their alembic version without a lock. pagetune's own workers
@@ -35,14 +48,15 @@ _CREATE_ATTEMPTS = 8  # about 7 s of waiting in all
 
 def _rdb_storage(cfg: StorageConfig, on_stale: Callable[..., None] | None) -> optuna.storages.RDBStorage:
     def open_store() -> optuna.storages.RDBStorage:
-        return optuna.storages.RDBStorage(cfg.url, heartbeat_interval=cfg.heartbeat_interval_s,
+        return optuna.storages.RDBStorage(cfg.url, engine_kwargs=_engine_kwargs(cfg.url),
+                                          heartbeat_interval=cfg.heartbeat_interval_s,
                                           grace_period=cfg.grace_period_s, heartbeat_stale_trial_callback=on_stale)
 
     for attempt in range(1, _CREATE_ATTEMPTS):
         try:
             return open_store()
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as err:
-            if not _lost_creation_race(err):
+            if not _lost_creation_race(err):  # an outage: Outages.call retries it
                 raise
             time.sleep(0.25 * attempt)
     return open_store()

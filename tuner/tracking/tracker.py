@@ -1,7 +1,7 @@
 """MLflow tracking of a study: one parent run per study, one child run per trial.
 
-Call order: ``check()`` once before any trial (it returns the tracker to use, which is a
-:class:`FallbackTracker` when the store is unreachable and the user chose to continue), then
+Call order: ``check()`` once before any trial (with ``on_unreachable=continue`` an unreachable store
+starts an outage: payloads go to the :class:`FallbackTracker` file, `tracking.outage`), then
 ``start_study``; per trial either ``log_trial`` or ``begin_trial`` ... ``end_trial``; after a worker
 died, ``mark_stale_running``; at the end ``log_study_artifacts`` and ``finish_study``.
 
@@ -27,8 +27,10 @@ from mlflow.exceptions import MlflowException
 from sqlalchemy.exc import SQLAlchemyError
 
 from tuner.redact import mask_text, mask_url
+from tuner.store.retry import Outages, StorageUnavailable
 from tuner.tracking import runs
 from tuner.tracking.fallback import FallbackTracker, is_offline
+from tuner.tracking.outage import Outage, limit_http_retries
 from tuner.tracking.payloads import (
     CONFIG_ARTIFACT,
     LATENCY_ARTIFACT,
@@ -49,6 +51,7 @@ from tuner.tracking.payloads import (
     tags_to_strings,
 )
 from tuner.tracking.probe import probe
+from tuner.tracking.replay import replay_if_back
 
 __all__ = ["Tracker"]
 
@@ -70,11 +73,9 @@ class Tracker(TrialLogging):
     created (None: MLflow's default for the store).
     """
 
-    enabled = True
-
     def __init__(self, uri: str, experiment: str, on_unreachable: OnUnreachable | str = OnUnreachable.FAIL,
                  *, fallback_path: Path | str = Path("tracking-fallback.jsonl"),
-                 artifact_location: str | None = None, probe_timeout_s: float = 3.0) -> None:
+                 artifact_location: str | None = None, probe_timeout_s: float = 3.0, retry_s: float = 0.0) -> None:
         if not experiment:
             raise ValueError("tracking.experiment must be a non-empty name")
         self.uri = uri
@@ -84,6 +85,11 @@ class Tracker(TrialLogging):
         self.artifact_location = artifact_location
         self.probe_timeout_s = probe_timeout_s
         self._experiment_id: str | None = None  # resolved once, by check() or the first write
+        self._outage = Outage(uri, self.fallback_path)  # the store away mid-study (on_unreachable=continue)
+        self._ids: dict[str, str] = {}  # run ids handed out while it was away -> their MLflow ids, once replayed
+        # A database store (PostgreSQL restarted) is retried like the study's storage, up to storage.retry_s.
+        self._retry = Outages(uri, retry_s, what="MLflow tracking store")
+        limit_http_retries(uri)
 
     @functools.cached_property
     def _client(self) -> MlflowClient:
@@ -93,13 +99,21 @@ class Tracker(TrialLogging):
         return MlflowClient(tracking_uri=self.uri)
 
     @property
+    def client(self) -> MlflowClient:
+        return self._client
+
+    def experiment_id(self) -> str:
+        return self._experiment()
+
+    @property
     def masked_uri(self) -> str:
         return mask_url(self.uri)
 
     # ---- reachability -------------------------------------------------------------------------
 
-    def check(self) -> Tracker | FallbackTracker:
-        """Fail fast, before any trial, if the store cannot be reached (or fall back, by option)."""
+    def check(self) -> Tracker:
+        """Fail fast, before any trial, if the store cannot be reached (or, by option, start in an outage:
+        payloads to the fallback file, replayed into MLflow if the store appears during the study)."""
         result = probe(self.uri, self.probe_timeout_s)
         detail = result.detail
         if result.reachable:
@@ -113,8 +127,15 @@ class Tracker(TrialLogging):
             raise TrackingError(f"{message}; start it, fix tracking.uri, or set "
                                 "tracking.on_unreachable=continue to run without MLflow")
         logger.warning("%s. TRACKING IS DISABLED for this run: nothing goes to MLflow; every trial "
-                       "payload is appended to %s instead.", message, self.fallback_path)
-        return FallbackTracker(self.fallback_path, message)
+                       "payload is appended to %s instead (and replayed into MLflow if the store comes back).",
+                       message, self.fallback_path)
+        self._outage.begin(message, said=True)
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether payloads go to MLflow now (not to the fallback file)."""
+        return not self._outage.active
 
     def _experiment(self) -> str:
         if self._experiment_id is None:
@@ -122,20 +143,32 @@ class Tracker(TrialLogging):
                                                                  self.artifact_location)
         return self._experiment_id
 
-    def _offline(self) -> FallbackTracker:
-        """Where calls about a run that was already handed out offline go."""
-        return FallbackTracker(self.fallback_path, "run started while the store was unreachable")
+    def _online(self, run_id: str) -> str:
+        """The MLflow id of `run_id` (one handed out while the store was away, once replayed); while the
+        store is away, look whether it is back first."""
+        self._look_if_back()
+        return self._ids.get(run_id, run_id)
 
-    def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T]) -> T:
-        """Run a store write; on a store error raise (fail) or send the payload to the fallback file."""
+    def _look_if_back(self) -> None:
+        """While the store is away, at most every few seconds: when a probe passes, replay the fallback."""
+        if self._outage.due() and (done := replay_if_back(self)) is not None:
+            self._ids.update(done.ids)
+            self._retry.reset()
+            self._outage.end(done.written)
+
+    def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T], *run_ids: str) -> T:
+        """Run a store write; on a store error raise (fail) or, from then on until the store is back, send
+        every payload to the fallback file (said once). A run handed out offline stays offline."""
+        if self._outage.active or any(is_offline(r) for r in run_ids):
+            return offline(self._outage.fallback)
         try:
-            return action()
-        except _STORE_ERRORS as err:
+            return self._retry.call(action)
+        except (*_STORE_ERRORS, StorageUnavailable) as err:
             message = f"writing to MLflow tracking store {self.masked_uri} failed ({_describe(err)})"
             if self.on_unreachable is OnUnreachable.FAIL:
                 raise TrackingError(message) from None  # the chained error could show the raw URI
-            logger.warning("%s; this payload goes to %s instead", message, self.fallback_path)
-            return offline(FallbackTracker(self.fallback_path, message))
+            self._outage.begin(message)
+            return offline(self._outage.fallback)
 
     # ---- study --------------------------------------------------------------------------------
 
@@ -143,6 +176,7 @@ class Tracker(TrialLogging):
                     params: Mapping[str, Any] | None = None) -> str:
         """The id of the study's one parent run, found (resume, other workers) or created with `params`
         (what the study measures: they never change for a study, so a resume finds them already there)."""
+        self._look_if_back()
         return self._guard(lambda: self._start_study(study_name, config_yaml, tags, params or {}),
                            lambda fb: fb.start_study(study_name, config_yaml, tags, params))
 
@@ -183,11 +217,9 @@ class Tracker(TrialLogging):
     def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
                             tags: Mapping[str, str] | None = None) -> None:
         """Attach study-level files (plots, report), metrics and tags (the verdict) to the parent run."""
-        if is_offline(parent_run_id):
-            self._offline().log_study_artifacts(parent_run_id, files, metrics, tags)
-            return
+        parent_run_id = self._online(parent_run_id)
         self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics, tags or {}),
-                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags))
+                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags), parent_run_id)
 
     def _log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
                              tags: Mapping[str, str]) -> None:
@@ -199,11 +231,9 @@ class Tracker(TrialLogging):
 
     def finish_study(self, parent_run_id: str, state: RunState | str = RunState.FINISHED) -> None:
         state = RunState(state)
-        if is_offline(parent_run_id):
-            self._offline().finish_study(parent_run_id, state)
-            return
+        parent_run_id = self._online(parent_run_id)
         self._guard(lambda: runs.terminate(self._client, parent_run_id, state),
-                    lambda fb: fb.finish_study(parent_run_id, state))
+                    lambda fb: fb.finish_study(parent_run_id, state), parent_run_id)
 
     # ---- trials -------------------------------------------------------------------------------
 
@@ -211,11 +241,10 @@ class Tracker(TrialLogging):
     def begin_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
                     config_yaml: str, extra_tags: Mapping[str, Any]) -> str:
         """Open the trial's child run (RUNNING), replacing any earlier run of the same trial number."""
-        if is_offline(parent_run_id):
-            return self._offline().begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags)
+        parent_run_id = self._online(parent_run_id)
         return self._guard(
             lambda: self._begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags),
-            lambda fb: fb.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags))
+            lambda fb: fb.begin_trial(parent_run_id, trial_number, params, config_yaml, extra_tags), parent_run_id)
 
     def _begin_trial(self, parent_run_id: str, trial_number: int, params: Mapping[str, Any],
                      config_yaml: str, extra_tags: Mapping[str, Any]) -> str:
@@ -248,11 +277,9 @@ class Tracker(TrialLogging):
                   tags: Mapping[str, Any] | None = None) -> None:
         """Log the trial's results (and `tags`, e.g. its status) and close its run in ``state``."""
         state = RunState(state)
-        if is_offline(run_id):
-            self._offline().end_trial(run_id, metrics, state, reason, latency_rows, tags)
-            return
+        run_id = self._online(run_id)
         self._guard(lambda: self._end_trial(run_id, metrics, state, reason, latency_rows, tags or {}),
-                    lambda fb: fb.end_trial(run_id, metrics, state, reason, latency_rows, tags))
+                    lambda fb: fb.end_trial(run_id, metrics, state, reason, latency_rows, tags), run_id)
 
     def _end_trial(self, run_id: str, metrics: Mapping[str, float], state: RunState, reason: str | None,
                    latency_rows: Sequence[Mapping[str, Any]], tags: Mapping[str, Any]) -> None:
@@ -270,10 +297,9 @@ class Tracker(TrialLogging):
 
     def mark_stale_running(self, parent_run_id: str, alive_trial_numbers: Collection[int]) -> list[int]:
         """Close as FAILED ("worker died") every RUNNING child whose trial is not alive; their numbers."""
-        if is_offline(parent_run_id):
-            return []
+        parent_run_id = self._online(parent_run_id)
         return self._guard(lambda: self._mark_stale_running(parent_run_id, set(alive_trial_numbers)),
-                           lambda fb: fb.mark_stale_running(parent_run_id, alive_trial_numbers))
+                           lambda fb: fb.mark_stale_running(parent_run_id, alive_trial_numbers), parent_run_id)
 
     def _mark_stale_running(self, parent_run_id: str, alive: set[int]) -> list[int]:
         experiment_id = self._client.get_run(parent_run_id).info.experiment_id

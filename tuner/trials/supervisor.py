@@ -2,8 +2,9 @@
 
 A trial that raises or runs out of memory comes back as an outcome; a worker that dies (a crash,
 SIGKILL) or a trial past its timeout costs the worker, which is replaced before the next trial.
-Either way the study goes on. This module imports no torch: the worker's module is imported in the
-worker process only (`_worker_entry`).
+Either way the study goes on. A signal (`tuner.interrupts`) stops the worker within half a second and
+raises `Interrupted`: the study decides what that means. This module imports no torch: the worker's
+module is imported in the worker process only (`_worker_entry`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from runtime import EngineConfig
+from tuner.interrupts import Interrupts, ignore_in_worker
 from tuner.traffic import TrafficRequest
 from tuner.trials.job import Hardware, Probe, TrialJob, TrialOutcome, TrialStatus
 
@@ -39,6 +41,7 @@ class Executor(Protocol):
 
 
 def _worker_entry(conn, cpu_threads: int | None, memory_limit_gb: float | None) -> None:
+    ignore_in_worker()  # SIGINT/SIGTERM are the parent's: it stops this process itself
     from tuner.trials.worker import worker_main  # torch is imported here, in the worker only
 
     worker_main(conn, cpu_threads, memory_limit_gb)
@@ -51,9 +54,11 @@ def _exit_reason(code: int | None) -> str:
 
 
 class WorkerSupervisor:
-    def __init__(self, cpu_threads: int | None = None, memory_limit_gb: float | None = None) -> None:
+    def __init__(self, cpu_threads: int | None = None, memory_limit_gb: float | None = None,
+                 interrupts: Interrupts | None = None) -> None:
         self.cpu_threads = cpu_threads
         self.memory_limit_gb = memory_limit_gb
+        self.interrupts = interrupts or Interrupts()  # polled while a trial runs
         self._ctx = mp.get_context("spawn")  # no inherited MLflow/SQLAlchemy/CUDA state
         self._proc = None
         self._conn = None
@@ -71,6 +76,11 @@ class WorkerSupervisor:
         self._proc.start()
         child.close()
         self._conn, self._sent = parent, set()
+
+    def kill(self) -> None:
+        """Stop the worker now (a forced exit): it ignores SIGINT/SIGTERM."""
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
 
     def _ensure(self) -> None:
         if self._proc is None or not self._proc.is_alive():
@@ -121,6 +131,9 @@ class WorkerSupervisor:
     def _wait(self, on_progress: OnProgress, on_checkpoint: OnCheckpoint, timeout_s: float) -> TrialOutcome:
         deadline = time.monotonic() + timeout_s
         while True:
+            if self.interrupts.requested:
+                self._discard()  # it would finish the trial otherwise; the next run starts a fresh one
+                self.interrupts.check()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._discard()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -13,7 +14,7 @@ import yaml
 
 from runtime import ConfigError, EngineConfig
 from tuner.config import load_app_config
-from tuner.results.export import provenance, write_exports
+from tuner.results.export import ExportError, provenance, write_exports
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -106,9 +107,9 @@ write_exports(sys.argv[1], runtime=EngineConfig().to_dict(), metadata={"study": 
 
 
 @pytest.mark.parametrize(("pause_at", "old", "expect"), [
-    (1, False, None),  # killed before best.yaml's rename: absent
-    (1, True, "old"),  # ... an earlier best.yaml stays whole
-    (3, False, "new"),  # killed after it: complete
+    (1, False, None),  # killed while staging the set: absent
+    (4, True, "old"),  # killed with the set staged, before its renames: an earlier best.yaml stays whole
+    (5, False, "new"),  # killed after the renames: complete
 ])
 def test_a_killed_export_leaves_best_yaml_absent_or_complete(tmp_path, pause_at, old, expect):
     if old:
@@ -125,3 +126,86 @@ def test_a_killed_export_leaves_best_yaml_absent_or_complete(tmp_path, pause_at,
         assert not best.exists()
     else:
         assert EngineConfig.from_yaml(best).metadata == {"study": expect}
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 64 KiB tmpfs (root only; the test is skipped where mounting is not permitted)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def _set(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(folder.iterdir())}
+
+
+def _fill(folder: Path) -> None:
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                os.write(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_is_one_error_naming_the_path_and_the_old_set_stays(small_tmpfs):
+    write_exports(small_tmpfs, runtime=TUNED, metadata=META, report_md="# old\n")
+    old = _set(small_tmpfs)
+    _fill(small_tmpfs)
+    with pytest.raises(ExportError) as err:
+        write_exports(small_tmpfs, runtime=TUNED, metadata=META, report_md="# new\n")
+    assert str(err.value) == f"cannot write {small_tmpfs}/best.yaml: No space left on device"
+    (small_tmpfs / "filler").unlink()
+    assert _set(small_tmpfs) == old  # nothing half written, no staging folder left behind
+
+
+def test_a_read_only_folder_is_one_error_naming_it(small_tmpfs):
+    write_exports(small_tmpfs, runtime=TUNED, metadata=META, report_md="# old\n")
+    old = _set(small_tmpfs)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    with pytest.raises(ExportError) as err:
+        write_exports(small_tmpfs, runtime=TUNED, metadata=META, report_md="# new\n")
+    assert str(err.value) == f"cannot write {small_tmpfs}: Read-only file system"
+    assert _set(small_tmpfs) == old
+
+
+def test_a_rename_that_fails_puts_back_the_files_the_set_replaced(tmp_path):
+    write_exports(tmp_path, runtime=TUNED, metadata=META, report_md="# old\n")
+    old_best = (tmp_path / "best.yaml").read_text()
+    (tmp_path / "vllm.yaml").unlink()
+    (tmp_path / "vllm.yaml").mkdir()  # best.yaml is renamed first, then vllm.yaml cannot be
+    (tmp_path / "vllm.yaml" / "x").write_text("")
+    with pytest.raises(ExportError) as err:
+        write_exports(tmp_path, runtime={**TUNED, "seed": 8}, metadata=META, report_md="# new\n")
+    assert str(err.value) == f"cannot write {tmp_path}/vllm.yaml: Is a directory"
+    assert (tmp_path / "best.yaml").read_text() == old_best
+    assert (tmp_path / "report.md").read_text() == "# old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.yaml", "report.md", "vllm.yaml"]
+
+
+@pytest.mark.slow
+def test_a_folder_that_cannot_take_the_exports_is_one_line_and_the_trials_stay(tmp_path):
+    from tests.tuner.cli import mlflow_runs, run_tuner, study_trials, tuner_args
+    from tuner.traffic import SAMPLE_TRAFFIC
+
+    out = tmp_path / "out-t"
+    (out / "best.yaml").mkdir(parents=True)  # in the way of the rename (the real faults: the tmpfs tests above)
+    (out / "best.yaml" / "keep").write_text("")
+    done = run_tuner(tuner_args(tmp_path, SAMPLE_TRAFFIC), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: cannot write {out}/best.yaml: Is a directory; the trials are kept in sqlite:///{tmp_path}/optuna.db: "
+        "rerun the same command once the folder can take the results (the study concludes again)")
+    assert [t.state.name for t in study_trials(tmp_path, "t")] == ["COMPLETE", "COMPLETE"]
+    assert not (out / "vllm.yaml").exists() and not (out / "report.md").exists()  # the set, or none of it
+    _, parents, children = mlflow_runs(tmp_path, "t")
+    assert [p.info.status for p in parents] == ["FAILED"] and [c.info.status for c in children] == ["FINISHED"] * 2
