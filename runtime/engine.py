@@ -7,6 +7,10 @@ tuner's replay gives one that skips idle gaps); a token's time is read once the 
 is done (its tokens are on the host). With a tokenizer, outputs carry text, decoded when an output is
 built: each step for CUMULATIVE requests, once at the end for FINAL_ONLY ones. `reset()` empties the
 engine for another run on the same weights and KV pool.
+
+What the steps run on is the engine's `Backend`: the model (`model_backend`, the default), or the
+simulator's model-free runner on a virtual clock (`runtime.sim`), so both run this same loop, scheduler
+and KV manager. This module imports no torch; the model backend does when it is built.
 """
 
 from __future__ import annotations
@@ -14,59 +18,108 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from runtime.config import EngineConfig
-from runtime.detokenizer import IncrementalDetokenizer
 from runtime.kv.integrity import check_integrity
-from runtime.kv.manager import KVCacheManager
-from runtime.model.llama import LlamaForCausalLM
-from runtime.model.tokenizer import Tokenizer
+from runtime.kv.manager import KVCacheManager, TierSpec
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from runtime.placement import Placement, plan_placement
-from runtime.runner import ModelRunner
-from runtime.sampler import Sampler
 from runtime.sampling_params import RequestOutputKind, SamplingParams
 from runtime.scheduler import Scheduler, SchedulerOutput
 from runtime.sequence import Request, SeqStatus, Sequence
 from runtime.stats import StepStats, StepTotals
 
+if TYPE_CHECKING:
+    import torch
+
+    from runtime.detokenizer import IncrementalDetokenizer
+    from runtime.model.llama import LlamaForCausalLM
+    from runtime.model.tokenizer import Tokenizer
+    from runtime.placement import Placement
+
+SampleRows = list[list[tuple[int, int, SamplingParams]]]  # per sampling group: (seq_id, seed, params) each
+
+
+class StepRunner(Protocol):
+    """Runs a scheduled step: the model runner (logits), or the simulator's (`runtime.sim`)."""
+
+    def execute(self, out: SchedulerOutput) -> Any: ...
+
+
+class TokenSampler(Protocol):
+    """Draws one token per row from what `StepRunner.execute` returned; forgets a retired sequence."""
+
+    def sample(self, logits: Any, rows: SampleRows) -> list[list[int]]: ...
+
+    def forget(self, seq_id: int) -> None: ...
+
+
+class Backend(NamedTuple):
+    """What an engine runs on, besides its scheduler and KV manager: the model and its memory plan
+    (`model_backend`), or a model-free step-time simulator (`runtime.sim.sim_backend`)."""
+
+    max_model_len: int
+    max_num_batched_tokens: int
+    tiers: tuple[TierSpec, ...]  # per tier: max_len, block_size, device and CPU blocks
+    vocab_size: int
+    eos_ids: frozenset[int]
+    make_runner: Callable[[KVCacheManager], StepRunner]  # over the engine's KV manager
+    sampler: TokenSampler
+    placement: Placement | None  # None for a model-free backend
+
+
+def model_backend(config: EngineConfig, model: LlamaForCausalLM | None = None) -> Backend:
+    """The real backend: weights placed (or `model` reused), the KV pool sized, the model runner and sampler."""
+    from runtime.placement import plan_placement  # torch: only an engine on a model imports it
+    from runtime.runner import ModelRunner
+    from runtime.sampler import Sampler
+
+    p = plan_placement(config, model)
+    eos = p.model.config.eos_token_id
+
+    def make_runner(kv: KVCacheManager) -> ModelRunner:
+        return ModelRunner(p.model, kv, config.kernel, p.kv_dtype, p.memory.num_cpu_blocks, p.device,
+                           config.scheduler.max_num_seqs)
+
+    return Backend(p.max_model_len, p.max_num_batched_tokens, p.tiers, p.model.config.vocab_size,
+                   frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos), make_runner,
+                   Sampler(half_topk=config.kernel.sampler_half_topk), p)
+
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.perf_counter,
                  model: LlamaForCausalLM | None = None, record_logprobs: bool = False,
-                 tokenizer: Tokenizer | None = None) -> None:
+                 tokenizer: Tokenizer | None = None, backend: Backend | None = None) -> None:
         """`model`: weights already loaded (same name, dtype, device) to reuse; `record_logprobs`: keep the
         full next-token log-distribution of every token sample 0 draws (`logprobs[request_id]`, [V] each),
-        for numerics checks; `tokenizer`: the model's, to fill `CompletionOutput.text` (None: no text)."""
+        for numerics checks; `tokenizer`: the model's, to fill `CompletionOutput.text` (None: no text);
+        `backend`: what the steps run on (None: `model_backend(config, model)`, the real model)."""
         self.config = config
         self.tokenizer = tokenizer
         self._detokenizers: dict[int, IncrementalDetokenizer] = {}  # by seq_id, while its request lives
         self.logprobs: dict[str, list[torch.Tensor]] | None = {} if record_logprobs else None
         self.clock = clock
-        self.placement: Placement = plan_placement(config, model)
-        self.model = self.placement.model
-        self.model_config = self.model.config
-        self.max_model_len = self.placement.max_model_len
-        self.kv = KVCacheManager(self.placement.tiers, config.cache.enable_prefix_caching, config.cache.watermark)
+        backend = backend or model_backend(config, model)
+        self.placement = backend.placement
+        self.model = None if backend.placement is None else backend.placement.model
+        self.model_config = None if self.model is None else self.model.config
+        self.vocab_size = backend.vocab_size
+        self.max_model_len = backend.max_model_len
+        self.kv = KVCacheManager(backend.tiers, config.cache.enable_prefix_caching, config.cache.watermark)
         self.scheduler = Scheduler(
             self.kv, max_num_seqs=config.scheduler.max_num_seqs,
-            max_num_batched_tokens=self.placement.max_num_batched_tokens,
+            max_num_batched_tokens=backend.max_num_batched_tokens,
             chunked_prefill=config.scheduler.enable_chunked_prefill,
             preemption_mode=config.scheduler.preemption_mode, policy=config.scheduler.policy)
-        self.runner = ModelRunner(self.model, self.kv, config.kernel, self.placement.kv_dtype,
-                                  self.placement.memory.num_cpu_blocks, self.placement.device,
-                                  config.scheduler.max_num_seqs)
-        self.sampler = Sampler(half_topk=config.kernel.sampler_half_topk)
+        self.runner = backend.make_runner(self.kv)
+        self.sampler = backend.sampler
         self.requests: dict[str, Request] = {}
         self.last_step: StepStats | None = None  # the latest step's stats; no history is kept
         self.totals = StepTotals()
         self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()
         self._seq_ids = itertools.count()
         self._seeds = itertools.count(config.seed * 1_000_003)
-        eos = self.model_config.eos_token_id
-        self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
+        self.eos_ids = backend.eos_ids
 
     def reset(self) -> None:
         """Abort everything and forget it: an empty KV pool and prefix cache, fresh totals and seeds.
@@ -110,7 +163,7 @@ class LLMEngine:
         self.scheduler.add(seq)
 
     def _reject_reason(self, req: Request) -> str | None:
-        prompt, vocab = req.prompt_token_ids, self.model_config.vocab_size
+        prompt, vocab = req.prompt_token_ids, self.vocab_size
         if not prompt:
             return "empty prompt"
         if min(prompt) < 0 or max(prompt) >= vocab:
@@ -148,7 +201,7 @@ class LLMEngine:
             self.check_integrity()
         return outputs
 
-    def _postprocess(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
+    def _postprocess(self, sched: SchedulerOutput, logits: Any) -> list[RequestOutput]:
         groups: list[list[Sequence]] = []
         for item in sched.scheduled:
             item.seq.num_computed_tokens += item.num_new_tokens
@@ -229,6 +282,8 @@ class LLMEngine:
             return None
         detok = self._detokenizers.get(seq.seq_id)
         if detok is None:
+            from runtime.detokenizer import IncrementalDetokenizer  # transformers: only with a tokenizer
+
             detok = self._detokenizers[seq.seq_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
         detok.add(seq.token_ids[seq.num_prompt_tokens + len(detok.token_ids) :])
         if seq.finish_reason is not None:

@@ -12,7 +12,9 @@ from typing import NamedTuple
 from runtime.config import DEFAULT_CHUNKED_BUDGET, BlockTier, ConfigError, EngineConfig
 from runtime.model.info import ModelInfo
 
-__all__ = ["EngineLimits", "engine_limits"]
+__all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "engine_limits", "graph_buckets"]
+
+MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
 
 
 class EngineLimits(NamedTuple):
@@ -50,3 +52,11 @@ def _budget(config: EngineConfig, max_model_len: int) -> int:
             f"scheduler.max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) "
             "when scheduler.enable_chunked_prefill is false")
     return budget
+
+
+def graph_buckets(max_batch: int) -> list[int]:
+    """Padded decode batch sizes a CUDA-graph engine captures: 1, 2, 4, then multiples of 8 up to max_batch
+    (at most 512). A decode step of 13 sequences replays the graph of 16."""
+    top = min(max_batch, MAX_CAPTURED_BATCH)
+    sizes = [b for b in (1, 2, 4) if b < top] + list(range(8, top + 8, 8))
+    return [b for b in sizes if b < top + 8]
