@@ -95,6 +95,7 @@ class TrialRunner:
     on_trial_end: Callable[[optuna.trial.Trial, TrialOutcome, dict[str, float]], None] | None = None
     on_progress: Callable[[int, int, float, int, int], None] | None = None  # (trial, probe, scale, done, total)
     heartbeat: JournalHeartbeat | None = None  # journal storage only: RDB storage beats by itself
+    figures: str = "measured"  # what the trials' figures are (simulated: from which profile), tagged on each run
 
     def fail_stale(self, study: optuna.Study) -> None:
         """Fail (and re-queue) trials whose worker died; RDB storage does it through its heartbeats."""
@@ -116,7 +117,8 @@ class TrialRunner:
                        plan_for(self.app, start, repeats=self.app.tuner.repeats, checkpoint=checkpoint))
         config_yaml = yaml.safe_dump({"runtime": config.to_dict(), "knobs": values}, sort_keys=False)
         run_id = self.tracker.begin_trial(self.parent_run_id, trial.number, values, config_yaml,
-                                          {"pagetune.baseline": str(is_baseline(trial)).lower()})
+                                          {"pagetune.baseline": str(is_baseline(trial)).lower(),
+                                           "pagetune.figures": self.figures})
         beating = self.heartbeat.beating(trial) if self.heartbeat else contextlib.nullcontext()
         with beating:
             outcome = self.executor.run(job, self.window.requests, lambda *p: self._progress(trial, *p),

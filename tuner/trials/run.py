@@ -18,12 +18,12 @@ from typing import Protocol
 import torch
 
 from runtime import ConfigError, LLMEngine, WeightCache, peak_memory_gb, reset_peak_memory
-from tuner.traffic import TrafficRequest, rebase
-from tuner.trials.job import Probe, QualityResult, ReplaySummary, TrialJob, TrialOutcome, TrialStatus
+from tuner.traffic import TrafficRequest
+from tuner.trials.job import Probe, QualityResult, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import measure
-from tuner.trials.metrics import decisive_failures, replay_summary
 from tuner.trials.quality import ProbeSet, compare, run_probe
-from tuner.trials.replay import ReplayClock, replay
+from tuner.trials.replay import ReplayClock
+from tuner.trials.replayer import WindowReplayer, measured_outcome
 
 
 class Channel(Protocol):
@@ -54,15 +54,12 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
         clock = ReplayClock()
         engine = LLMEngine(job.config, clock=clock, model=model)
         setup_s = time.perf_counter() - start
-        replayer = _Replayer(engine, clock, requests, job, channel)
+        replayer = WindowReplayer(engine, clock, requests, job, channel.progress,
+                                  lambda: peak_memory_gb(job.config))
         replayer.warm_up(job.plan.warmup_requests)
         span = requests[-1].arrival_s - requests[0].arrival_s
         measurement, stopped_at = measure(replayer, job.plan, span, channel.checkpoint)
-        if stopped_at is not None:
-            return TrialOutcome(TrialStatus.pruned, measurement, "fails the SLO at the incumbent's capacity "
-                                f"(x{stopped_at.scale:.4g}: attainment {stopped_at.median('slo_attainment'):.3f})",
-                                quality, setup_s, reused, stopped_at)
-        return TrialOutcome(TrialStatus.ok, measurement, None, quality, setup_s, reused)
+        return measured_outcome(measurement, stopped_at, quality, setup_s, reused)
     except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included: the config cannot start
         return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
     except (torch.cuda.OutOfMemoryError, MemoryError) as e:
@@ -72,30 +69,6 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
         return TrialOutcome(TrialStatus.oom if oom else TrialStatus.error, reason=_describe(e))
     except Exception as e:  # a trial must never take the worker down: report what happened
         return TrialOutcome(TrialStatus.error, reason=_describe(e))
-
-
-class _Replayer:
-    """`measure`'s replay(scale): the window at a rate scale through the trial's one engine."""
-
-    def __init__(self, engine: LLMEngine, clock: ReplayClock, requests: Sequence[TrafficRequest], job: TrialJob,
-                 channel: Channel) -> None:
-        self.engine, self.clock, self.requests, self.job, self.channel = engine, clock, requests, job, channel
-        self.count = 0
-        self.stop_after = decisive_failures(len(requests), job.plan.slo)
-
-    def warm_up(self, n: int) -> None:
-        """The first `n` requests at once, unmeasured: kernels compiled for the step shapes a replay uses."""
-        if n > 0:
-            burst = tuple(replace(r, arrival_s=0.0) for r in self.requests[:n])
-            replay(self.engine, self.clock, burst)
-
-    def __call__(self, scale: float) -> ReplaySummary:
-        self.count += 1
-        number, total = self.count, len(self.requests)
-        result = replay(self.engine, self.clock, rebase(self.requests, scale), slo=self.job.plan.slo,
-                        stop_after_misses=self.stop_after,
-                        progress=lambda done: self.channel.progress(number, scale, done, total))
-        return replay_summary(result, scale, self.job.plan.slo, peak_memory_gb(self.job.config))
 
 
 def _quality(job: TrialJob, model: object, state: WorkerState) -> QualityResult | None:
