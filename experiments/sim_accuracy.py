@@ -32,9 +32,8 @@ import torch
 from runtime import EngineConfig, LLMEngine, engine_limits
 from runtime.model.loader import load_model
 from runtime.placement import resolve_device, resolve_dtype
-from runtime.sim import StepSample, VirtualClock, fit, fit_error, load_profile, sim_engine
+from runtime.sim import StepSample, VirtualClock, load_profile, refit_profile, sim_engine
 from runtime.sim.shape import StepShaper
-from runtime.sim.stepmodel import split_held_back
 from tuner.config import SloConfig
 from tuner.traffic import load_traffic, select
 from tuner.trials.metrics import summarize
@@ -162,11 +161,10 @@ def main() -> int:
               f"{sim['output_tok_s']:.1f} tok/s p99 TTFT {sim['ttft_p99_s']:.3f} s "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
     lines = table(rows)
-    fit_points, held = split_held_back(real_steps)
-    refit = fit([*profile.step_samples, *fit_points])
+    refit = refit_profile(profile, [(s.variant.key, *s.shape, s.seconds) for s in real_steps])
     lines += ["", f"profile fit (as shipped): {profile.fit_error.line()}",
-              f"profile on the replays' real steps: {fit_error(profile.step_model, held).line()}",
-              f"refit with the real steps: {fit_error(refit, held).line()}",
+              f"profile on the replays' real steps: {refit.before.line()}",
+              f"refit with the real steps: {refit.after.line()}",
               f"median real step {statistics.median(s.seconds for s in real_steps) * 1e3:.2f} ms"
               if real_steps else "no real steps timed"]
     print("\n".join(lines))

@@ -10,7 +10,8 @@ loads on first use (PEP 562), and an engine on a model imports torch when it is 
                  ModelInfo, model_info, ModelLoadError                      a model's shape and limits
                  EngineLimits, engine_limits                               max_model_len, token budget, tiers
                  GpuProfile, load_profile, sim_engine, sim_memory,         the simulator (runtime.sim): a GPU
-                 VirtualClock, StepTimeModel, StepSample, fit, fit_error   profile, an engine on its step times
+                 VirtualClock, StepTimeModel, StepSample, StepShaper,      profile, an engine on its step times,
+                 fit, fit_error, Refit, refit_profile                      a step's shape, the fit and refit
                  LLMEngine, SamplingParams, RequestOutputKind, RequestOutput, CompletionOutput,
                  RequestMetrics, StepStats, StepTotals                     the engine and its outputs
                  InsufficientMemoryError                                    the KV pool cannot hold a request
@@ -32,12 +33,16 @@ from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from runtime.sampling_params import RequestOutputKind, SamplingParams
 from runtime.sim import (
     GpuProfile,
+    Refit,
     StepSample,
+    StepShaper,
     StepTimeModel,
     VirtualClock,
     fit,
     fit_error,
     load_profile,
+    refit_profile,
+    save_profile,
     sim_engine,
     sim_memory,
 )
@@ -47,10 +52,10 @@ from runtime.typed import build as build_config
 _LAZY = ("LLM", "WeightCache", "DeviceInfo", "describe_device", "peak_memory_gb", "reset_peak_memory")
 
 __all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "GpuProfile", "ModelInfo",
-           "ModelLoadError", "StepSample", "StepTimeModel", "VirtualClock", "build_config", "engine_limits", "fit",
-           "fit_error", "load_profile", "model_info", "sim_engine", "sim_memory", "LLMEngine", "SamplingParams",
-           "RequestOutputKind", "RequestOutput", "CompletionOutput", "RequestMetrics", "StepStats", "StepTotals",
-           "InsufficientMemoryError", *_LAZY]
+           "Refit", "ModelLoadError", "StepSample", "StepShaper", "StepTimeModel", "VirtualClock", "build_config",
+           "engine_limits", "fit", "fit_error", "load_profile", "model_info", "refit_profile", "save_profile",
+           "sim_engine", "sim_memory", "LLMEngine", "SamplingParams", "RequestOutputKind", "RequestOutput",
+           "CompletionOutput", "RequestMetrics", "StepStats", "StepTotals", "InsufficientMemoryError", *_LAZY]
 
 
 def _engine_names() -> dict[str, Any]:

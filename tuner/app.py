@@ -29,6 +29,7 @@ from tuner.console import Console
 from tuner.redact import mask_text, mask_url
 from tuner.results.conclude import NoBaseline, conclude, measurements_planned
 from tuner.results.export import write_exports
+from tuner.results.fidelity import fidelity
 from tuner.results.report import render_report
 from tuner.results.summary import export_metadata, report_inputs, study_plots, summary_lines
 from tuner.search.baseline import baseline_config
@@ -224,15 +225,20 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
     finally:
         bar.close()
     plot_paths = study_plots(app, study, c, out_dir / "plots")
+    checked = fidelity(c, executors.sim, out_dir) if executors.sim and executors.measure is not executors.sim else None
     inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
-                           [p.name for p in plot_paths], list(HydraConfig.get().overrides.task), executors.figures)
+                           [p.name for p in plot_paths], list(HydraConfig.get().overrides.task), executors.figures,
+                           checked.lines if checked else ())
     paths = write_exports(out_dir, runtime=c.exported.config.to_dict(),
                           metadata=export_metadata(app, study, c, traffic, hardware.summary, executors.figures),
                           report_md=render_report(inputs))
-    tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plot_paths],
+    refit = [checked.refit_path] if checked and checked.refit_path else []
+    tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plot_paths, *refit],
                                 _study_metrics(c), {"pagetune.verdict": c.verdict.headline})
     tracker.finish_study(parent)
     console.lines(summary_lines(c, inputs, paths, app.tracking.uri))
+    if checked:
+        console.lines(["simulated and measured:", *[f"  {line}" for line in checked.lines]])
     return 0
 
 

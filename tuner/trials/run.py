@@ -24,6 +24,7 @@ from tuner.trials.measure import measure
 from tuner.trials.quality import ProbeSet, compare, run_probe
 from tuner.trials.replay import ReplayClock
 from tuner.trials.replayer import WindowReplayer, measured_outcome
+from tuner.trials.steplog import StepLog
 
 
 class Channel(Protocol):
@@ -54,12 +55,14 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
         clock = ReplayClock()
         engine = LLMEngine(job.config, clock=clock, model=model)
         setup_s = time.perf_counter() - start
+        log = StepLog(engine) if job.step_log else None
         replayer = WindowReplayer(engine, clock, requests, job, channel.progress,
                                   lambda: peak_memory_gb(job.config))
         replayer.warm_up(job.plan.warmup_requests)
         span = requests[-1].arrival_s - requests[0].arrival_s
         measurement, stopped_at = measure(replayer, job.plan, span, channel.checkpoint)
-        return measured_outcome(measurement, stopped_at, quality, setup_s, reused)
+        outcome = measured_outcome(measurement, stopped_at, quality, setup_s, reused)
+        return outcome if log is None else replace(outcome, steps=tuple(log.rows))
     except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included: the config cannot start
         return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
     except (torch.cuda.OutOfMemoryError, MemoryError) as e:

@@ -4,12 +4,14 @@ Each trial builds the runtime's own engine on a model-free backend (`runtime.sim
 scheduler and KV manager, a virtual clock that advances by the GPU profile's predicted step time, a KV
 pool sized from the profiled GPU's memory. The replay and the measurement are the real executor's own
 (`tuner.trials.replay`, `tuner.trials.measure`), so a simulated trial is measured exactly as a real one.
+A replay on the virtual clock is deterministic, so each probe is one replay (a repeat could only agree).
 What a simulation cannot do: the quality guardrail (numerics need a model) is skipped, and a trial runs
 to its end (there is no process to time out).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Sequence
@@ -53,6 +55,7 @@ class SimExecutor:
     def run(self, job: TrialJob, requests: Sequence[TrafficRequest], on_progress: OnProgress,
             on_checkpoint: OnCheckpoint, timeout_s: float) -> TrialOutcome:
         start = time.perf_counter()
+        job = dataclasses.replace(job, plan=dataclasses.replace(job.plan, repeats=1, warmup_requests=0))
         try:
             planned = sim_memory(job.config, self.profile)[2].budget_bytes / GIB
             clock = VirtualClock()

@@ -17,10 +17,11 @@ TINY_WEIGHT_BYTES = 4_461_056  # the tiny preset's parameters in fp32
 COEFFICIENTS = (4e-3, 2e-5, 1e-9, 5e-5, 2e-8)
 
 
-def tiny_profile(coefficients: dict[str, tuple[float, ...]] | None = None, memory_gb: float = 1.0) -> GpuProfile:
+def tiny_profile(coefficients: dict[str, tuple[float, ...]] | None = None, memory_gb: float = 1.0,
+                 device_type: str = "cuda") -> GpuProfile:
     return GpuProfile(
         model="tiny", model_shape=model_info("tiny")._asdict(), dtype="float32",
-        device=DeviceRecord("Test GPU", "cuda", int(memory_gb * (1 << 30)), "2.13.0"),
+        device=DeviceRecord("Test GPU", device_type, int(memory_gb * (1 << 30)), "2.13.0"),
         weight_bytes=TINY_WEIGHT_BYTES,
         # runtime.memory.estimate_activation_bytes for tiny in fp32: (6 x 128 + 3 x 256) x 4 per token,
         # 3 x 2048 x 4 per sampled row
