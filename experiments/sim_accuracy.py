@@ -8,10 +8,11 @@
 
 For each config (block tiers; small and large max_num_seqs; small and large max_num_batched_tokens; CUDA
 graphs on and off) the window is replayed open loop at a fixed rate through the real engine (after a
-warm-up burst) and through the simulated one (`runtime.sim`, same scheduler and KV manager, the
-profile's step times): KV blocks, output throughput, TTFT and TPOT p50/p99 both ways with the relative
-error, then the configs ranked by p99 TTFT both ways. It also refits the step-time model on the real
-steps it timed and prints that refit's error on every fifth real step.
+warm-up burst; its steps timed as the profile times them, `tuner.trials.steplog`) and through the
+simulated one (`runtime.sim`: the same scheduler and KV manager on the profile's step times): KV blocks,
+output throughput, TTFT and TPOT p50/p99 both ways with the relative error, then the configs ranked by
+p99 TTFT both ways. Last, the profile refitted with the real steps (`runtime.refit_profile`): its error
+and the refit's on every fifth real step, which the refit never saw.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ import torch
 from runtime import EngineConfig, LLMEngine, engine_limits
 from runtime.model.loader import load_model
 from runtime.placement import resolve_device, resolve_dtype
-from runtime.sim import StepSample, VirtualClock, load_profile, refit_profile, sim_engine
-from runtime.sim.shape import StepShaper
+from runtime.sim import VirtualClock, load_profile, refit_profile, sim_engine
 from tuner.config import SloConfig
 from tuner.traffic import load_traffic, select
 from tuner.trials.metrics import summarize
 from tuner.trials.replay import ReplayClock, replay
+from tuner.trials.steplog import StepLog
 
 METRICS = ("output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
 
@@ -60,36 +61,19 @@ def configs(cpu: bool) -> dict[str, dict]:
     }
 
 
-class TimedRunner:
-    """Wraps the real runner: times each step (device synchronized) and keeps (variant, shape, seconds)."""
-
-    def __init__(self, engine: LLMEngine) -> None:
-        self.inner, self.shaper = engine.runner, StepShaper(engine.config, engine.kv.tiers)
-        self.cuda = engine.placement.device.type == "cuda"
-        self.samples: list[StepSample] = []
-
-    def execute(self, out):
-        start = time.perf_counter()
-        logits = self.inner.execute(out)
-        if self.cuda:
-            torch.cuda.synchronize()
-        parts = self.shaper.parts(out.scheduled)
-        if len(parts) == 1:  # one-tier steps only: the refit is per variant
-            self.samples.append(StepSample(*parts[0], time.perf_counter() - start))
-        return logits
-
-
-def run_real(config: EngineConfig, model, requests, slo, warmup: int) -> tuple[dict, int, list[StepSample]]:
+def run_real(config: EngineConfig, model, requests, slo, warmup: int) -> tuple[dict, int, list]:
+    """The window through the real engine after a warm-up burst; its one-tier steps timed (StepLog rows)."""
     clock = ReplayClock()
     engine = LLMEngine(config, clock=clock, model=model)
     replay(engine, clock, tuple(replace(r, arrival_s=0.0) for r in requests[:warmup]))
-    timed = engine.runner = TimedRunner(engine)
+    log = StepLog(engine)
     metrics = summarize(replay(engine, clock, requests, slo=slo), slo, 0.0)
     blocks = sum(t.num_blocks for t in engine.kv.tiers)
-    del engine
+    rows = log.rows
+    del engine, log
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return metrics, blocks, timed.samples
+    return metrics, blocks, rows
 
 
 def run_sim(config: EngineConfig, profile, requests, slo) -> tuple[dict, int]:
@@ -161,11 +145,11 @@ def main() -> int:
               f"{sim['output_tok_s']:.1f} tok/s p99 TTFT {sim['ttft_p99_s']:.3f} s "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
     lines = table(rows)
-    refit = refit_profile(profile, [(s.variant.key, *s.shape, s.seconds) for s in real_steps])
+    refit = refit_profile(profile, real_steps)
     lines += ["", f"profile fit (as shipped): {profile.fit_error.line()}",
               f"profile on the replays' real steps: {refit.before.line()}",
               f"refit with the real steps: {refit.after.line()}",
-              f"median real step {statistics.median(s.seconds for s in real_steps) * 1e3:.2f} ms"
+              f"median real step {statistics.median(row[-1] for row in real_steps) * 1e3:.2f} ms"
               if real_steps else "no real steps timed"]
     print("\n".join(lines))
     if a.results:
