@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from runtime.config import DEFAULT_CHUNKED_BUDGET, BlockTier, ConfigError, EngineConfig
+from runtime.config import DEFAULT_CHUNKED_BUDGET, BlockTier, ConfigError, EngineConfig, KernelConfig
 from runtime.model.info import ModelInfo
 
-__all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "engine_limits", "graph_buckets"]
+__all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "decode_graphs_on", "engine_limits", "graph_buckets"]
 
 MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
 
@@ -52,6 +52,14 @@ def _budget(config: EngineConfig, max_model_len: int) -> int:
             f"scheduler.max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) "
             "when scheduler.enable_chunked_prefill is false")
     return budget
+
+
+def decode_graphs_on(kernel: KernelConfig, num_tiers: int, cuda_triton: bool) -> bool:
+    """Whether an engine captures decode graphs: `kernel.cuda_graphs`, or for null wherever they can run (a CUDA
+    device with Triton attention, `cuda_triton`, and one tier), as vLLM captures unless told --enforce-eager."""
+    if kernel.cuda_graphs is None:
+        return cuda_triton and num_tiers == 1
+    return kernel.cuda_graphs
 
 
 def graph_buckets(max_batch: int) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from runtime.config import ConfigError, EngineConfig
 from runtime.engine import Backend, LLMEngine
 from runtime.kv.manager import KVCacheManager, TierSpec
-from runtime.limits import engine_limits
+from runtime.limits import decode_graphs_on, engine_limits
 from runtime.memory import GIB, MemoryPlan, plan_memory
 from runtime.scheduler import SchedulerOutput
 from runtime.sim.profile_file import GpuProfile
@@ -103,9 +103,12 @@ def sim_backend(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
                   zip(engine_limits(config, profile.info).tiers, plan.num_blocks, plan.num_cpu_blocks))
     eos: frozenset[int] = frozenset()  # a model-free stream never stops a request early: max_tokens does
     model = step_model or profile.step_model
+    # graphs as the engine would capture them on the profiled device (Triton attention there, unless asked for torch)
+    graphs = decode_graphs_on(config.kernel, len(tiers),
+                              profile.device.type == "cuda" and config.kernel.attention_backend != "torch")
 
     def make_runner(kv: KVCacheManager) -> SimRunner:
-        return SimRunner(model, StepShaper(config, kv.tiers), clock)
+        return SimRunner(model, StepShaper(config, kv.tiers, graphs), clock)
 
     return Backend(max_model_len, budget, tiers, profile.info.vocab_size, eos, make_runner,
                    StreamSampler(profile.info.vocab_size, eos), None)

@@ -16,23 +16,17 @@ from runtime.scheduler import ScheduledSeq
 from runtime.sim.stepmodel import StepShape, Variant
 
 
-def uses_graphs(config: EngineConfig, num_tiers: int) -> bool:
-    """Whether a CUDA engine of `config` captures decode graphs (the runner's rule: null means wherever they can
-    run, i.e. Triton attention and one tier)."""
-    graphs = config.kernel.cuda_graphs
-    if graphs is None:
-        return config.kernel.attention_backend != "torch" and num_tiers == 1
-    return graphs
-
-
 class StepShaper:
-    """Turns a step's scheduled sequences into (variant, shape) per tier for one engine's settings."""
+    """Turns a step's scheduled sequences into (variant, shape) per tier for one engine's settings.
 
-    def __init__(self, config: EngineConfig, tiers: tuple[TierSpec, ...]) -> None:
+    `graphs`: the engine replays decode graphs (a real engine: its runner has them; a simulated one: the
+    profiled GPU would, `runtime.limits.decode_graphs_on`)."""
+
+    def __init__(self, config: EngineConfig, tiers: tuple[TierSpec, ...], graphs: bool) -> None:
         self.block_sizes = [t.block_size for t in tiers]
         self.kv_dtype = config.cache.kv_cache_dtype
         self.pad_multiple = config.kernel.pad_multiple
-        self.buckets = graph_buckets(config.scheduler.max_num_seqs) if uses_graphs(config, len(tiers)) else []
+        self.buckets = graph_buckets(config.scheduler.max_num_seqs) if graphs else []
 
     def parts(self, scheduled: tuple[ScheduledSeq, ...]) -> list[tuple[Variant, StepShape]]:
         if not scheduled:

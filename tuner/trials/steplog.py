@@ -20,7 +20,7 @@ StepRow = tuple[str, int, int, int, int, float]
 class StepLog:
     def __init__(self, engine: LLMEngine, limit: int = 20_000) -> None:
         self.runner, self.sampler = engine.runner, engine.sampler
-        self.shaper = StepShaper(engine.config, engine.kv.tiers)
+        self.shaper = StepShaper(engine.config, engine.kv.tiers, getattr(engine.runner, "graphs", None) is not None)
         self.limit = limit
         self.rows: list[StepRow] = []
         self._started: tuple[float, Any] | None = None  # (start, the scheduler's output) of the step in flight

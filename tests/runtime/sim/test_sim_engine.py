@@ -67,7 +67,7 @@ def drive(engine: LLMEngine, clock: VirtualClock) -> tuple[list, list, list[str]
 
 def real_engine(config: EngineConfig, profile, clock: VirtualClock) -> LLMEngine:
     engine = LLMEngine(config, clock=clock)
-    model, shaper = profile.step_model, StepShaper(config, engine.kv.tiers)
+    model, shaper = profile.step_model, StepShaper(config, engine.kv.tiers, engine.runner.graphs is not None)
     engine.runner = Recording(engine.runner,
                               lambda out: clock.advance(model.predict_tiers(shaper.parts(out.scheduled))))
     return engine
@@ -85,7 +85,7 @@ def simulated_engine(config: EngineConfig, profile, clock: VirtualClock) -> LLME
                          ids=["recompute", "swap", "tiers"])
 def test_real_and_simulated_engines_make_the_same_decisions(knobs):
     config = EngineConfig.from_flat("tiny", **{**KNOBS, **knobs})
-    profile = tiny_profile()
+    profile = tiny_profile(device_type="cpu")  # as the CPU engine: no decode graphs
     real_clock, sim_clock = VirtualClock(), VirtualClock()
     real = drive(real_engine(config, profile, real_clock), real_clock)
     sim = drive(simulated_engine(config, profile, sim_clock), sim_clock)

@@ -80,11 +80,11 @@ def _scheduled(*items: tuple[int, int]) -> tuple[ScheduledSeq, ...]:
 
 def test_shape_pads_an_eager_step_and_fills_a_graph_bucket():
     tiers = (TierSpec(1024, 16, 100, 0),)
-    eager = StepShaper(EngineConfig.from_flat("tiny", pad_multiple=8, cuda_graphs=False, device="cuda"), tiers)
+    eager = StepShaper(EngineConfig.from_flat("tiny", pad_multiple=8, cuda_graphs=False, device="cuda"), tiers, False)
     step = _scheduled((99, 1), (9, 1), (0, 20))  # 22 tokens, padded to 24: 2 pad rows join the prefill
     assert eager.parts(step) == [(EAGER16, StepShape(prefill_tokens=22, prefill_attention=400, decode_seqs=2,
                                                      decode_context=110))]
     assert eager.parts(_scheduled((99, 1), (9, 1), (5, 1))) == [(EAGER16, StepShape(0, 0, 8, 116))]
-    graphs = StepShaper(EngineConfig.from_flat("tiny", cuda_graphs=True, device="cuda", max_num_seqs=64), tiers)
+    graphs = StepShaper(EngineConfig.from_flat("tiny", cuda_graphs=True, device="cuda", max_num_seqs=64), tiers, True)
     assert graphs.parts(_scheduled((99, 1), (9, 1), (5, 1))) == [(GRAPH16, StepShape(0, 0, 4, 116))]
     assert graphs.parts(step)[0][0] == EAGER16  # a mixed step runs eagerly
