@@ -18,6 +18,7 @@ and the refit's on every fifth real step, which the refit never saw.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
@@ -71,6 +72,7 @@ def run_real(config: EngineConfig, model, requests, slo, warmup: int) -> tuple[d
     blocks = sum(t.num_blocks for t in engine.kv.tiers)
     rows = log.rows
     del engine, log
+    gc.collect()  # the KV pool (most of the GPU) goes before the next config's engine plans its own
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return metrics, blocks, rows
