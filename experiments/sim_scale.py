@@ -2,8 +2,11 @@
 
     python experiments/sim_scale.py --profile conf/profiles/h200-llama-3-8b.json --trials 200
     python experiments/sim_scale.py --illustrative --trials 200     # before any profile ships (see below)
+    python experiments/sim_scale.py --illustrative --replay 1       # one replay of the whole trace at x1
 
-Runs `python -m tuner` (capacity objective, the incumbent pruner, one finalist, the fewest re-measurement
+`--replay SCALE` times one replay of the whole trace through the simulated engine (the baseline runtime
+config) and prints its wall time, its steps and the simulated busy time. Otherwise it runs
+`python -m tuner` (capacity objective, the incumbent pruner, one finalist, the fewest re-measurement
 rounds) on the whole trace, then reads the study back: trials by state, the search's wall time, the
 per-trial wall time (median, p90, max), and the whole command's. `--illustrative` writes a profile of
 the llama-3-8b shape with made-up coefficients (labelled so in its device name) to time the simulator
@@ -45,6 +48,35 @@ def illustrative_profile(path: Path) -> Path:
         command="experiments/sim_scale.py --illustrative"), path)
 
 
+def replay_once(profile: GpuProfile, trace: Path, scale: float) -> int:
+    from runtime import EngineConfig, VirtualClock, engine_limits, sim_engine
+    from tuner.traffic import load_traffic, select
+    from tuner.trials.replay import replay
+
+    config = EngineConfig.from_flat(profile.model)
+    limit = engine_limits(config, profile.info).max_model_len
+    traffic = load_traffic(trace, on_error="skip", vocab_size=profile.info.vocab_size, max_model_len=limit,
+                           long_prompts="truncate")
+    requests = select(traffic.requests, time_scale=scale)
+    clock = VirtualClock()
+    engine = sim_engine(config, profile, clock)
+    steps = 0
+    inner = engine.runner.execute
+
+    def counted(out):
+        nonlocal steps
+        steps += 1
+        return inner(out)
+
+    engine.runner.execute = counted
+    start = time.perf_counter()
+    result = replay(engine, clock, requests)
+    wall = time.perf_counter() - start
+    print(f"{len(requests)} requests of {trace.name} at x{scale:g}: {wall:.1f} s wall, {steps} steps, "
+          f"{result.busy_s:.0f} s simulated busy time ({profile.label})")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", default=None)
@@ -53,11 +85,14 @@ def main() -> int:
     p.add_argument("--trace", default=str(ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"))
     p.add_argument("--timeout-s", type=float, default=None, help="tuner.timeout_s: start no trial after this")
     p.add_argument("--out", default=None, help="folder for the stores and the output (default: a temp folder)")
+    p.add_argument("--replay", type=float, default=None, help="time one replay of the trace at this rate scale")
     a = p.parse_args()
     out = Path(a.out or tempfile.mkdtemp(prefix="sim-scale-"))
     out.mkdir(parents=True, exist_ok=True)
     profile_path = illustrative_profile(out / "illustrative.json") if a.illustrative else Path(a.profile)
     profile: GpuProfile = load_profile(profile_path)
+    if a.replay is not None:
+        return replay_once(profile, Path(a.trace), a.replay)
     args = [sys.executable, "-m", "tuner", f"+traffic={a.trace}", "executor=sim", f"executor.profile={profile_path}",
             f"runtime.model.name={profile.model}", f"tuner.n_trials={a.trials}", "tuner.finalists=1",
             "validation.select_rounds=1", "validation.proof_rounds=2", "replay.long_prompts=truncate",
