@@ -11,8 +11,9 @@ profiled step constant absorbs, swap and copy-on-write copies (free here), and n
 
 from __future__ import annotations
 
+from runtime.backend import Backend
 from runtime.config import ConfigError, EngineConfig
-from runtime.engine import Backend, LLMEngine
+from runtime.engine import LLMEngine
 from runtime.kv.manager import KVCacheManager, TierSpec
 from runtime.limits import decode_graphs_on, engine_limits
 from runtime.memory import GIB, MemoryPlan, plan_memory
