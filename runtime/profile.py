@@ -12,7 +12,7 @@ memory, driver, CUDA, torch and Triton versions, the model's shape and weight by
 
 Options (key=value): model (required), out, grid=small|full, device, dtype, block_sizes=8,16,32,
 graphs=auto|on|off|both, kv_dtypes=auto,fp8_e4m3, max_model_len, max_num_seqs, max_num_batched_tokens,
-memory_gb (CPU: the device memory to plan with), budget_s (stop timing past this), repeats, seed.
+memory_gb (the memory to plan the pool with), budget_s (stop timing past this), repeats, seed.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ class ProfileArgs:
     max_model_len: int | None = None  # None: 1024 small, min(8192, the model's) full
     max_num_seqs: int | None = None  # None: 16 small, 256 full
     max_num_batched_tokens: int | None = None  # None: 256 small, 8192 full
-    memory_gb: float | None = None  # CPU only: the device memory to plan with (default 1 GiB)
+    memory_gb: float | None = None  # the device memory to plan the pool with (default: 1 GiB on CPU and for a small
+    #                                 grid, the GPU's own for a full one); the profile records the device's total
     budget_s: float = 480.0  # stop timing new steps after this many seconds
     repeats: int = 3
     seed: int = 0
@@ -107,8 +108,8 @@ def _engine_config(args: ProfileArgs, variant: Variant, cuda: bool) -> EngineCon
                  max_model_len=max_len, max_num_seqs=args.max_num_seqs or (16 if args.small else 256),
                  max_num_batched_tokens=args.max_num_batched_tokens or (256 if args.small else 8192),
                  enable_prefix_caching=False, device=args.device, dtype=args.dtype)
-    if not cuda:
-        knobs["device_memory_gb"] = args.memory_gb or 1.0
+    if not cuda or args.small or args.memory_gb:  # a small grid needs a small pool (a GPU's worth of a tiny
+        knobs["device_memory_gb"] = args.memory_gb or 1.0  # model's blocks would take long to build)
     return EngineConfig.from_flat(args.model, **knobs)
 
 

@@ -43,3 +43,16 @@ def test_bad_arguments_name_the_key():
     with pytest.raises(ConfigError, match="model: required"):
         parse_args(["grid=small"])
     assert parse_args(["model=tiny", "block_sizes=8,16", "kv_dtypes=auto"]).block_sizes == (8, 16)
+
+
+@pytest.mark.gpu
+def test_the_profile_command_on_cuda_times_graphs_and_fp8(tmp_path):
+    """The small grid on the GPU: eager and graph variants, bf16 and fp8 KV, the device and its versions."""
+    out = tmp_path / "tiny-cuda.json"
+    assert main(["model=tiny", "grid=small", "graphs=both", "kv_dtypes=auto,fp8_e4m3", f"out={out}"]) == 0
+    p = load_profile(out)
+    assert p.device.type == "cuda" and p.device.memory_bytes > 0 and p.device.cuda and p.dtype == "bfloat16"
+    assert sorted(p.coefficients) == ["bs16/auto/eager", "bs16/auto/graph", "bs16/fp8_e4m3/eager",
+                                      "bs16/fp8_e4m3/graph"]
+    assert p.notes == ()
+    assert p.activation.per_token_bytes > 0
