@@ -303,8 +303,8 @@ class QualityConfig:
 class ExecutorConfig:
     """What runs the trials: the real runtime in a worker process, or the simulator in-process (`executor=sim`)."""
 
-    kind: str = "auto"  # auto: real on a GPU, else sim on DEFAULT_PROFILE when it exists, else real | real | sim
-    profile: Path | None = None  # sim: a GPU profile (python -m runtime.profile); None: DEFAULT_PROFILE
+    kind: str = "auto"  # auto: real on a GPU, else sim on the profile when it exists, else real | real | sim
+    profile: Path | None = None  # a GPU profile (python -m runtime.profile) to simulate; None: DEFAULT_PROFILE
 
     def __post_init__(self) -> None:
         _check(self.kind in EXECUTOR_KINDS, "executor.kind", f"must be one of {EXECUTOR_KINDS}, got {self.kind!r}")

@@ -4,7 +4,8 @@
     real       single     worker (real runtime)       worker
     sim        single     SimExecutor (the profile)    SimExecutor
     sim        sim+real   SimExecutor                  worker: measured for real, beside the simulated figures
-    auto       either     real on a GPU; without one, sim on DEFAULT_PROFILE when it exists, else real
+    auto       either     real on a GPU; without one, sim on executor.profile (default DEFAULT_PROFILE) when it
+                          exists, else real
 
 Simulating, the runtime's model is the profile's (the step times are that model's on that GPU); the
 console says so when it replaces the configured one.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
-from tuner.config import DEFAULT_PROFILE, AppConfig, TunerConfigError
+from tuner.config import AppConfig, TunerConfigError
 from tuner.trials.sim import SimExecutor
 from tuner.trials.supervisor import Executor, WorkerSupervisor
 
@@ -49,17 +50,20 @@ def open_executors(app: AppConfig) -> Executors:
     worker = None
     if kind == "auto":
         worker = _worker(app)
+        profile = app.executor.profile_path
         if worker.describe(app.runtime).device_type == "cuda":
             kind = "real"
-        elif DEFAULT_PROFILE.is_file():
-            notes.append("executor: sim (no GPU here: the default GPU profile is simulated; executor=real runs "
-                         "the runtime on this CPU)")
+        elif profile.is_file():
+            notes.append(f"executor: sim (no GPU here: {profile} is simulated; executor=real runs the runtime on "
+                         "this CPU)")
             kind = "sim"
         else:
-            notes.append(f"executor: real (no GPU here, and no GPU profile at {DEFAULT_PROFILE} to simulate)")
+            notes.append(f"executor: real (no GPU here, and no GPU profile at {profile} to simulate)")
             kind = "real"
     if kind == "real":
         if app.tuner.fidelity == "sim+real":
+            if worker is not None:
+                worker.close()
             raise TunerConfigError("tuner.fidelity: sim+real searches in simulation: set executor=sim "
                                    "(and executor.profile=PATH)")
         worker = worker or _worker(app)

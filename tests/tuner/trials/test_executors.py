@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.runtime.sim.sim_factories import write_tiny_profile
 from tuner.config import TunerConfigError, load_app_config
@@ -35,3 +36,22 @@ def test_a_bad_profile_names_executor_profile(tmp_path):
     bad.write_text('{"model": "tiny"}')
     with pytest.raises(TunerConfigError, match=r"^executor\.profile: .*bad\.json: config: missing 'model_shape'"):
         open_executors(_app(executor={"kind": "sim", "profile": str(bad)}))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto runs the real runtime on a GPU")
+def test_auto_without_a_gpu_simulates_the_profile_when_it_is_there(tmp_path):
+    path = write_tiny_profile(tmp_path)
+    ex = open_executors(_app(executor={"profile": str(path)}))  # kind auto; this machine has no GPU
+    try:
+        assert isinstance(ex.search, SimExecutor) and ex.measure is ex.search
+        assert ex.notes[0] == f"executor: sim (no GPU here: {path} is simulated; executor=real runs the runtime " \
+                              "on this CPU)"
+    finally:
+        ex.close()
+    missing = tmp_path / "none.json"
+    ex = open_executors(_app(executor={"profile": str(missing)}))
+    try:
+        assert ex.sim is None and ex.figures == "measured on the real runtime"
+        assert ex.notes == (f"executor: real (no GPU here, and no GPU profile at {missing} to simulate)",)
+    finally:
+        ex.close()
