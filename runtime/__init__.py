@@ -1,20 +1,24 @@
 """pagetune's paged-attention inference runtime (usable on its own, vLLM-shaped offline API).
 
 This package's names are the runtime's whole public surface; tools built on it (the tuner) import
-nothing else. Configuration, model info and limits load without torch, so a process that only plans
-(the tuner's parent) never imports it; the engine and everything that touches tensors load on first
-use (PEP 562).
+nothing else. Configuration, model info, limits, the engine loop and the simulator load without torch,
+so a process that only plans or simulates (the tuner's parent) never imports it; what touches tensors
+loads on first use (PEP 562), and an engine on a model imports torch when it is built.
 
     torch-free   EngineConfig, BlockTier, ConfigError, NUMERICS_NEUTRAL   the config and its rules
                  build_config                                              the one validator of frozen configs
                  ModelInfo, model_info, ModelLoadError                      a model's shape and limits
                  has_tokenizer                                             whether a model brings a tokenizer
                  EngineLimits, engine_limits                               max_model_len, token budget, tiers
-    with torch   LLM, LLMEngine, SamplingParams, RequestOutputKind, RequestOutput, CompletionOutput,
+                 GpuProfile, load_profile, sim_engine, sim_memory,         the simulator (runtime.sim): a GPU
+                 VirtualClock, StepTimeModel, StepSample, StepShaper,      profile, an engine on its step times,
+                 fit, fit_error, Refit, refit_profile                      a step's shape, the fit and refit
+                 LLMEngine, SamplingParams, RequestOutputKind, RequestOutput, CompletionOutput,
                  RequestMetrics, StepStats, StepTotals                     the engine and its outputs
+                 InsufficientMemoryError                                    the KV pool cannot hold a request
+    with torch   LLM                                                        the offline API on a model
                  WeightCache                                                weights kept across engines
                  DeviceInfo, describe_device, peak_memory_gb, reset_peak_memory
-                 InsufficientMemoryError                                    the KV pool cannot hold a request
                  load_tokenizer, encode_chat, NoTokenizerError             the model's tokenizer and chat template
                  sampling_probs                                             the distribution a sampler path draws from
 """
@@ -24,39 +28,52 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.config import NUMERICS_NEUTRAL, BlockTier, ConfigError, EngineConfig
+from runtime.engine import LLMEngine
 from runtime.limits import EngineLimits, engine_limits
+from runtime.memory import InsufficientMemoryError
 from runtime.model.info import ModelInfo, ModelLoadError, model_info
 from runtime.model.source import has_tokenizer
+from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from runtime.sampling_params import RequestOutputKind, SamplingParams
+from runtime.sim import (
+    GpuProfile,
+    Refit,
+    StepSample,
+    StepShaper,
+    StepTimeModel,
+    VirtualClock,
+    fit,
+    fit_error,
+    load_profile,
+    refit_profile,
+    save_profile,
+    sim_engine,
+    sim_memory,
+)
+from runtime.stats import StepStats, StepTotals
 from runtime.typed import build as build_config
 
-_LAZY = ("LLM", "LLMEngine", "SamplingParams", "RequestOutputKind", "RequestOutput", "CompletionOutput",
-         "RequestMetrics", "StepStats", "StepTotals", "WeightCache", "DeviceInfo", "describe_device",
-         "peak_memory_gb", "reset_peak_memory", "InsufficientMemoryError", "load_tokenizer", "encode_chat",
-         "NoTokenizerError", "sampling_probs")
+_LAZY = ("LLM", "WeightCache", "DeviceInfo", "describe_device", "peak_memory_gb", "reset_peak_memory",
+         "load_tokenizer", "encode_chat", "NoTokenizerError", "sampling_probs")
 
-__all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "ModelInfo",
-           "ModelLoadError", "build_config", "engine_limits", "has_tokenizer", "model_info", *_LAZY]
+__all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "GpuProfile", "ModelInfo",
+           "Refit", "ModelLoadError", "StepSample", "StepShaper", "StepTimeModel", "VirtualClock", "build_config",
+           "engine_limits", "fit", "fit_error", "has_tokenizer", "load_profile", "model_info", "refit_profile",
+           "save_profile", "sim_engine", "sim_memory", "LLMEngine", "SamplingParams", "RequestOutputKind",
+           "RequestOutput", "CompletionOutput", "RequestMetrics", "StepStats", "StepTotals", "InsufficientMemoryError",
+           *_LAZY]
 
 
 def _engine_names() -> dict[str, Any]:
     """Everything that needs torch, imported on first use of any of it."""
     from runtime.device import DeviceInfo, describe_device, peak_memory_gb, reset_peak_memory
-    from runtime.engine import LLMEngine
     from runtime.llm import LLM
-    from runtime.memory import InsufficientMemoryError
     from runtime.model.tokenizer import NoTokenizerError, encode_chat, load_tokenizer
-    from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
     from runtime.sampler import sampling_probs
-    from runtime.sampling_params import RequestOutputKind, SamplingParams
-    from runtime.stats import StepStats, StepTotals
     from runtime.weights import WeightCache
 
-    return {"LLM": LLM, "LLMEngine": LLMEngine, "SamplingParams": SamplingParams,
-            "RequestOutputKind": RequestOutputKind, "RequestOutput": RequestOutput,
-            "CompletionOutput": CompletionOutput, "RequestMetrics": RequestMetrics, "StepStats": StepStats,
-            "StepTotals": StepTotals, "WeightCache": WeightCache, "DeviceInfo": DeviceInfo,
-            "describe_device": describe_device, "peak_memory_gb": peak_memory_gb,
-            "reset_peak_memory": reset_peak_memory, "InsufficientMemoryError": InsufficientMemoryError,
+    return {"LLM": LLM, "WeightCache": WeightCache, "DeviceInfo": DeviceInfo, "describe_device": describe_device,
+            "peak_memory_gb": peak_memory_gb, "reset_peak_memory": reset_peak_memory,
             "load_tokenizer": load_tokenizer, "encode_chat": encode_chat, "NoTokenizerError": NoTokenizerError,
             "sampling_probs": sampling_probs}
 

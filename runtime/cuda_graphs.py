@@ -16,17 +16,9 @@ from runtime.attention import AttentionMetadata, DecodeBatch, KVCache, TierBatch
 from runtime.config import KernelConfig
 from runtime.inputs import slot_of
 from runtime.kv.manager import KVCacheManager
+from runtime.limits import graph_buckets
 from runtime.model.llama import LlamaForCausalLM
 from runtime.scheduler import ScheduledSeq
-
-MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
-
-
-def buckets(max_batch: int) -> list[int]:
-    """Padded batch sizes to capture: 1, 2, 4, then multiples of 8 up to max_batch (at most 512)."""
-    top = min(max_batch, MAX_CAPTURED_BATCH)
-    sizes = [b for b in (1, 2, 4) if b < top] + list(range(8, top + 8, 8))
-    return [b for b in sizes if b < top + 8]
 
 
 class DecodeGraphs:
@@ -38,7 +30,7 @@ class DecodeGraphs:
         self.block_size = tier.block_size
         self.width = -(-tier.max_len // tier.block_size)  # block-table columns: a max_model_len request
         self.pad_slot = tier.num_blocks * tier.block_size  # past the end: the Triton KV write skips it
-        self.sizes = buckets(max_batch)
+        self.sizes = graph_buckets(max_batch)
         top = self.sizes[-1]
         self.ids = torch.zeros(top, dtype=torch.int64, device=device)
         self.positions = torch.zeros(top, dtype=torch.int64, device=device)

@@ -7,6 +7,10 @@ tuner's replay gives one that skips idle gaps); a token's time is read once the 
 is done (its tokens are on the host). With a tokenizer, outputs carry text, decoded when an output is
 built: each step for CUMULATIVE requests, once at the end for FINAL_ONLY ones. `reset()` empties the
 engine for another run on the same weights and KV pool.
+
+What the steps run on is the engine's `Backend`: the model (`model_backend`, the default), or the
+simulator's model-free runner on a virtual clock (`runtime.sim`), so both run this same loop, scheduler
+and KV manager. This module imports no torch; the model backend does when it is built.
 """
 
 from __future__ import annotations
@@ -14,59 +18,59 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from runtime.backend import Backend, model_backend
 from runtime.config import EngineConfig
-from runtime.detokenizer import IncrementalDetokenizer
 from runtime.kv.integrity import check_integrity
 from runtime.kv.manager import KVCacheManager
-from runtime.model.llama import LlamaForCausalLM
-from runtime.model.tokenizer import Tokenizer
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from runtime.placement import Placement, plan_placement
-from runtime.runner import ModelRunner
-from runtime.sampler import Sampler
 from runtime.sampling_params import RequestOutputKind, SamplingParams
 from runtime.scheduler import Scheduler, SchedulerOutput
 from runtime.sequence import Request, SeqStatus, Sequence
 from runtime.stats import StepStats, StepTotals
 
+if TYPE_CHECKING:
+    import torch
+
+    from runtime.detokenizer import IncrementalDetokenizer
+    from runtime.model.llama import LlamaForCausalLM
+    from runtime.model.tokenizer import Tokenizer
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.perf_counter,
                  model: LlamaForCausalLM | None = None, record_logprobs: bool = False,
-                 tokenizer: Tokenizer | None = None) -> None:
+                 tokenizer: Tokenizer | None = None, backend: Backend | None = None) -> None:
         """`model`: weights already loaded (same name, dtype, device) to reuse; `record_logprobs`: keep the
         full next-token log-distribution of every token sample 0 draws (`logprobs[request_id]`, [V] each),
-        for numerics checks; `tokenizer`: the model's, to fill `CompletionOutput.text` (None: no text)."""
+        for numerics checks; `tokenizer`: the model's, to fill `CompletionOutput.text` (None: no text);
+        `backend`: what the steps run on (None: `model_backend(config, model)`, the real model)."""
         self.config = config
         self.tokenizer = tokenizer
         self._detokenizers: dict[int, IncrementalDetokenizer] = {}  # by seq_id, while its request lives
         self.logprobs: dict[str, list[torch.Tensor]] | None = {} if record_logprobs else None
         self.clock = clock
-        self.placement: Placement = plan_placement(config, model)
-        self.model = self.placement.model
-        self.model_config = self.model.config
-        self.max_model_len = self.placement.max_model_len
-        self.kv = KVCacheManager(self.placement.tiers, config.cache.enable_prefix_caching, config.cache.watermark)
+        backend = backend or model_backend(config, model)
+        self.placement = backend.placement
+        self.model = None if backend.placement is None else backend.placement.model
+        self.model_config = None if self.model is None else self.model.config
+        self.vocab_size = backend.vocab_size
+        self.max_model_len = backend.max_model_len
+        self.kv = KVCacheManager(backend.tiers, config.cache.enable_prefix_caching, config.cache.watermark)
         self.scheduler = Scheduler(
             self.kv, max_num_seqs=config.scheduler.max_num_seqs,
-            max_num_batched_tokens=self.placement.max_num_batched_tokens,
+            max_num_batched_tokens=backend.max_num_batched_tokens,
             chunked_prefill=config.scheduler.enable_chunked_prefill,
             preemption_mode=config.scheduler.preemption_mode, policy=config.scheduler.policy)
-        self.runner = ModelRunner(self.model, self.kv, config.kernel, self.placement.kv_dtype,
-                                  self.placement.memory.num_cpu_blocks, self.placement.device,
-                                  config.scheduler.max_num_seqs)
-        self.sampler = Sampler(half_topk=config.kernel.sampler_half_topk)
+        self.runner = backend.make_runner(self.kv)
+        self.sampler = backend.sampler
         self.requests: dict[str, Request] = {}
         self.last_step: StepStats | None = None  # the latest step's stats; no history is kept
         self.totals = StepTotals()
         self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()
         self._seq_ids = itertools.count()
         self._seeds = itertools.count(config.seed * 1_000_003)
-        eos = self.model_config.eos_token_id
-        self.eos_ids = frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
+        self.eos_ids = backend.eos_ids
 
     def reset(self) -> None:
         """Abort everything and forget it: an empty KV pool and prefix cache, fresh totals and seeds.
@@ -112,7 +116,7 @@ class LLMEngine:
     def reject_reason(self, prompt: list[int], params: SamplingParams) -> str | None:
         """Why `add_request` would reject this request (it can never fit), or None. Reads only the config:
         safe to ask from another thread (the server checks a request before it enters the engine)."""
-        vocab = self.model_config.vocab_size
+        vocab = self.vocab_size
         if not prompt:
             return "empty prompt"
         if min(prompt) < 0 or max(prompt) >= vocab:
@@ -150,7 +154,7 @@ class LLMEngine:
             self.check_integrity()
         return outputs
 
-    def _postprocess(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
+    def _postprocess(self, sched: SchedulerOutput, logits: Any) -> list[RequestOutput]:
         groups: list[list[Sequence]] = []
         for item in sched.scheduled:
             item.seq.num_computed_tokens += item.num_new_tokens
@@ -231,6 +235,8 @@ class LLMEngine:
             return None
         detok = self._detokenizers.get(seq.seq_id)
         if detok is None:
+            from runtime.detokenizer import IncrementalDetokenizer  # transformers: only with a tokenizer
+
             detok = self._detokenizers[seq.seq_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
         detok.add(seq.token_ids[seq.num_prompt_tokens + len(detok.token_ids) :])
         if seq.finish_reason is not None:

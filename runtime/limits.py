@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from runtime.config import DEFAULT_CHUNKED_BUDGET, BlockTier, ConfigError, EngineConfig
+from runtime.config import DEFAULT_CHUNKED_BUDGET, BlockTier, ConfigError, EngineConfig, KernelConfig
 from runtime.model.info import ModelInfo
 
-__all__ = ["EngineLimits", "engine_limits"]
+__all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "decode_graphs_on", "engine_limits", "graph_buckets"]
+
+MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
 
 
 class EngineLimits(NamedTuple):
@@ -50,3 +52,19 @@ def _budget(config: EngineConfig, max_model_len: int) -> int:
             f"scheduler.max_num_batched_tokens ({budget}) must be >= max_model_len ({max_model_len}) "
             "when scheduler.enable_chunked_prefill is false")
     return budget
+
+
+def decode_graphs_on(kernel: KernelConfig, num_tiers: int, cuda_triton: bool) -> bool:
+    """Whether an engine captures decode graphs: `kernel.cuda_graphs`, or for null wherever they can run (a CUDA
+    device with Triton attention, `cuda_triton`, and one tier), as vLLM captures unless told --enforce-eager."""
+    if kernel.cuda_graphs is None:
+        return cuda_triton and num_tiers == 1
+    return kernel.cuda_graphs
+
+
+def graph_buckets(max_batch: int) -> list[int]:
+    """Padded decode batch sizes a CUDA-graph engine captures: 1, 2, 4, then multiples of 8 up to max_batch
+    (at most 512). A decode step of 13 sequences replays the graph of 16."""
+    top = min(max_batch, MAX_CAPTURED_BATCH)
+    sizes = [b for b in (1, 2, 4) if b < top] + list(range(8, top + 8, 8))
+    return [b for b in sizes if b < top + 8]

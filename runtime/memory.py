@@ -1,15 +1,14 @@
 """KV pool sizing: gpu_memory_utilization x device memory - weights - peak activations.
 
 On CUDA the activation peak is measured by a profile forward at max_num_batched_tokens; on CPU
-the device memory is a config value and the peak is estimated from the model's shapes.
+the device memory is a config value and the peak is estimated from the model's shapes. No torch: the
+simulator (`runtime.sim`) sizes its pool with these same functions from a GPU profile's figures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
-
-import torch
 
 from runtime.config import BlockTier, ConfigError
 
@@ -31,26 +30,26 @@ class MemoryPlan(NamedTuple):
     num_cpu_blocks: tuple[int, ...]  # per tier (swap space)
 
 
-def kv_bytes_per_block(layout: tuple[int, int, int], block_size: int, dtype: torch.dtype) -> int:
+def kv_bytes_per_block(layout: tuple[int, int, int], block_size: int, dtype_bytes: int) -> int:
     """K and V of every layer for one block: 2 x layers x block_size x kv_heads x head_dim x bytes."""
     layers, kv_heads, head_dim = layout
-    return 2 * layers * block_size * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    return 2 * layers * block_size * kv_heads * head_dim * dtype_bytes
 
 
-def estimate_activation_bytes(hf_config, num_tokens: int, num_seqs: int, dtype: torch.dtype) -> int:
-    """CPU estimate of the forward's peak: a few hidden-sized buffers per token, the MLP, the logits."""
-    elt = torch.empty((), dtype=dtype).element_size()
+def estimate_activation_bytes(hf_config, num_tokens: int, num_seqs: int, elt: int) -> int:
+    """CPU estimate of the forward's peak (`elt` bytes per value): a few hidden-sized buffers per token, the
+    MLP, the logits."""
     per_token = 6 * hf_config.hidden_size + 3 * hf_config.intermediate_size
     return num_tokens * per_token * elt + 3 * num_seqs * hf_config.vocab_size * 4
 
 
 def plan_memory(*, device_bytes: int, utilization: float, weight_bytes: int, activation_bytes: int,
-                tiers: Sequence[BlockTier], layout: tuple[int, int, int], kv_dtype: torch.dtype,
+                tiers: Sequence[BlockTier], layout: tuple[int, int, int], kv_dtype_bytes: int,
                 swap_space_gb: float, num_blocks_override: int | None) -> MemoryPlan:
     """Split the KV budget over the tiers by share; fail clearly if one tier cannot hold its longest request."""
     budget = int(utilization * device_bytes)
     kv_bytes = budget - weight_bytes - activation_bytes
-    per_block = [kv_bytes_per_block(layout, t.block_size, kv_dtype) for t in tiers]
+    per_block = [kv_bytes_per_block(layout, t.block_size, kv_dtype_bytes) for t in tiers]
     if num_blocks_override is not None:
         blocks = tuple(max(1, int(num_blocks_override * t.share)) for t in tiers)
     else:

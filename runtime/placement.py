@@ -54,8 +54,8 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def _activation_bytes(config: EngineConfig, model: LlamaForCausalLM, budget: int, max_model_len: int,
                       device: torch.device, dtype: torch.dtype) -> int:
     if device.type != "cuda":
-        return estimate_activation_bytes(model.config, budget, config.scheduler.max_num_seqs, dtype)
-    from runtime.profile import profile_activation_bytes
+        return estimate_activation_bytes(model.config, budget, config.scheduler.max_num_seqs, dtype.itemsize)
+    from runtime.activations import profile_activation_bytes
 
     use_triton = config.kernel.attention_backend != "torch"
     return profile_activation_bytes(model, budget, config.scheduler.max_num_seqs, max_model_len,
@@ -96,7 +96,7 @@ def plan_placement(config: EngineConfig, model: LlamaForCausalLM | None = None) 
     memory = plan_memory(
         device_bytes=_device_bytes(config, device), utilization=config.cache.gpu_memory_utilization,
         weight_bytes=weights, activation_bytes=_activation_bytes(config, model, budget, max_model_len, device, dtype),
-        tiers=tiers, layout=model.layout, kv_dtype=kv_dtype, swap_space_gb=config.cache.swap_space,
+        tiers=tiers, layout=model.layout, kv_dtype_bytes=kv_dtype.itemsize, swap_space_gb=config.cache.swap_space,
         num_blocks_override=config.cache.num_gpu_blocks_override)
     specs = tuple(TierSpec(t.max_len, t.block_size, n, c)
                   for t, n, c in zip(tiers, memory.num_blocks, memory.num_cpu_blocks))

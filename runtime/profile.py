@@ -1,44 +1,229 @@
-"""Measure the forward pass's peak activation memory on CUDA (the term memory sizing subtracts)."""
+"""`python -m runtime.profile model=llama-3-8b out=profile.json`: profile a model on this GPU for the simulator.
+
+    python -m runtime.profile model=llama-3-8b out=conf/profiles/h200-llama-3-8b.json     # ~5-8 min on an H200
+    python -m runtime.profile model=tiny grid=small out=/tmp/tiny.json                    # seconds on a CPU
+
+For each variant (block size, CUDA graphs off/on, KV dtype) one engine is built on the loaded weights and a
+grid of step compositions is timed through its runner and sampler (`runtime.step_timing`); the step-time
+model is fitted per variant (`runtime.sim.stepmodel`), its error measured on every fifth step by a fit
+without them, and the coefficients shipped are the fit on every step. The forward's peak activation
+memory is measured at several token counts (estimated on CPU), and the profile records the device, its
+memory, driver, CUDA, torch and Triton versions, the model's shape and weight bytes.
+
+Options (key=value): model (required), out, grid=small|full, device, dtype, block_sizes=8,16,32,
+graphs=auto|on|off|both, kv_dtypes=auto,fp8_e4m3, max_model_len, max_num_seqs, max_num_batched_tokens,
+memory_gb (the memory to plan the pool with), budget_s (stop timing past this), repeats, seed.
+"""
 
 from __future__ import annotations
 
+import gc
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+
 import torch
 
-from runtime.attention import AttentionMetadata, PrefillBatch, TierBatch
-from runtime.config import KernelConfig
-from runtime.model.llama import LlamaForCausalLM
-from runtime.runner import allocate_caches
+from runtime.config import ConfigError, EngineConfig
+from runtime.device import describe_device
+from runtime.engine import LLMEngine
+from runtime.memory import GIB, estimate_activation_bytes
+from runtime.model.info import model_info
+from runtime.model.loader import load_model
+from runtime.placement import resolve_device, resolve_dtype
+from runtime.sim.profile_file import ActivationFit, DeviceRecord, GpuProfile, samples_table, save_profile
+from runtime.sim.stepmodel import StepSample, Variant, fit, fit_error, split_held_back
+from runtime.step_timing import StepTimer, grid
 
-_PROFILE_BLOCK = 16
+
+@dataclass(frozen=True)
+class ProfileArgs:
+    model: str
+    out: str = "profile.json"
+    grid: str = "full"  # small: a few dozen steps, one variant (tests, CPU checks) | full
+    device: str = "auto"
+    dtype: str = "auto"
+    block_sizes: tuple[int, ...] = ()  # (): 16 for small, 8,16,32 for full
+    graphs: str = "auto"  # auto: off and on where graphs run (CUDA), off elsewhere | on | off | both
+    kv_dtypes: tuple[str, ...] = ()  # (): auto, plus fp8_e4m3 for a full grid on CUDA
+    max_model_len: int | None = None  # None: 1024 small, min(8192, the model's) full
+    max_num_seqs: int | None = None  # None: 16 small, 256 full
+    max_num_batched_tokens: int | None = None  # None: 256 small, 8192 full
+    memory_gb: float | None = None  # the device memory to plan the pool with (default: 1 GiB on CPU and for a small
+    #                                 grid, the GPU's own for a full one); the profile records the device's total
+    budget_s: float = 480.0  # stop timing new steps after this many seconds
+    repeats: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.grid not in ("small", "full"):
+            raise ConfigError(f"grid: must be small or full, got {self.grid!r}")
+        if self.graphs not in ("auto", "on", "off", "both"):
+            raise ConfigError(f"graphs: must be auto, on, off or both, got {self.graphs!r}")
+
+    @property
+    def small(self) -> bool:
+        return self.grid == "small"
 
 
-@torch.inference_mode()
-def profile_activation_bytes(model: LlamaForCausalLM, num_tokens: int, num_seqs: int, max_model_len: int,
-                             kernel: KernelConfig, use_triton: bool) -> int:
-    """Peak bytes of one forward over `num_tokens` prompt tokens plus logits for `num_seqs` rows."""
-    device = next(model.parameters()).device
-    lens = [min(max_model_len, num_tokens - s) for s in range(0, num_tokens, max_model_len)]
-    blocks = [-(-n // _PROFILE_BLOCK) for n in lens]
-    caches = allocate_caches(model.layout, [_PROFILE_BLOCK], [sum(blocks)], model.lm_head.weight.dtype, device)
-    first = [sum(blocks[:i]) for i in range(len(blocks))]
-    width = max(blocks)
-    tables = torch.tensor([[f + j if j < b else 0 for j in range(width)] for f, b in zip(first, blocks)],
-                          dtype=torch.int32, device=device)
-    slots = torch.cat([torch.arange(n, device=device) + f * _PROFILE_BLOCK for f, n in zip(first, lens)])
-    qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    ctx = torch.tensor(lens, dtype=torch.int32, device=device)
-    rows = slice(0, num_tokens)
-    tier = TierBatch(0, rows, slots, None, PrefillBatch(rows, tables, qsl, ctx))
-    meta = AttentionMetadata((tier,), use_triton, kernel.qk_clip, kernel.flash_min_len, kernel.split_kv_min_len)
-    ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
-    positions = torch.cat([torch.arange(n, device=device) for n in lens])
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    base = torch.cuda.memory_allocated(device)
-    hidden = model(ids, positions, meta, caches)
-    model.compute_logits(hidden[: min(num_seqs, num_tokens)]).softmax(-1)
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device) - base
-    del caches, hidden
-    torch.cuda.empty_cache()
-    return peak
+def parse_args(argv: list[str]) -> ProfileArgs:
+    """key=value arguments, typed by ProfileArgs' fields."""
+    hints = {f.name: f.type for f in fields(ProfileArgs)}
+    values: dict[str, object] = {}
+    for arg in argv:
+        key, sep, raw = arg.partition("=")
+        if not sep or key not in hints:
+            raise ConfigError(f"{arg!r}: expected key=value with key one of {', '.join(hints)}")
+        kind = str(hints[key])
+        if "tuple[int" in kind:
+            values[key] = tuple(int(v) for v in raw.split(",") if v)
+        elif "tuple[str" in kind:
+            values[key] = tuple(v for v in raw.split(",") if v)
+        elif kind.startswith("int"):
+            values[key] = int(raw)
+        elif kind.startswith("float"):
+            values[key] = float(raw)
+        else:
+            values[key] = raw
+    if "model" not in values:
+        raise ConfigError("model: required, e.g. `python -m runtime.profile model=llama-3-8b out=profile.json`")
+    return ProfileArgs(**values)  # type: ignore[arg-type]
+
+
+def _variants(args: ProfileArgs, cuda: bool) -> list[Variant]:
+    """The variants to time, most used first (a budget cut drops the tail)."""
+    sizes = args.block_sizes or ((16,) if args.small else (16, 32, 8))
+    dtypes = args.kv_dtypes or (("auto", "fp8_e4m3") if cuda and not args.small else ("auto",))
+    modes = {"auto": (False, True) if cuda else (False,), "on": (True,), "off": (False,), "both": (False, True)}
+    return [Variant(bs, dt, g) for dt in dtypes for bs in sizes for g in modes[args.graphs]]
+
+
+def _engine_config(args: ProfileArgs, variant: Variant, cuda: bool) -> EngineConfig:
+    info = model_info(args.model)
+    max_len = args.max_model_len or (1024 if args.small else min(8192, info.max_position_embeddings))
+    knobs = dict(block_size=variant.block_size, kv_cache_dtype=variant.kv_dtype, cuda_graphs=variant.graphs,
+                 max_model_len=max_len, max_num_seqs=args.max_num_seqs or (16 if args.small else 256),
+                 max_num_batched_tokens=args.max_num_batched_tokens or (256 if args.small else 8192),
+                 enable_prefix_caching=False, device=args.device, dtype=args.dtype)
+    if not cuda or args.small or args.memory_gb:  # a small grid needs a small pool (a GPU's worth of a tiny
+        knobs["device_memory_gb"] = args.memory_gb or 1.0  # model's blocks would take long to build)
+    return EngineConfig.from_flat(args.model, **knobs)
+
+
+def _time_variant(args: ProfileArgs, config: EngineConfig, model, deadline: float) -> list[StepSample]:
+    engine = LLMEngine(config, model=model)
+    timer = StepTimer(engine, args.repeats)
+    s = config.scheduler
+    comps = grid(args.small, engine.max_model_len, s.max_num_seqs, engine.scheduler.budget, args.seed)
+    if config.kernel.cuda_graphs:  # only pure-decode steps replay a graph; the rest is the eager variant's
+        comps = [c for c in comps if not c.chunks]
+    samples: list[StepSample] = []
+    for c in comps:
+        if time.monotonic() > deadline:
+            break
+        if timer.fits_pool(c):
+            samples += timer.time(c)
+    del timer, engine
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return samples
+
+
+def _activation_fit(config: EngineConfig, model, cuda: bool) -> ActivationFit:
+    """Peak activation bytes at a few (tokens, seqs); a least-squares line through them."""
+    points = [(256, 16), (1024, 256), (4096, 256), (4096, 16), (8192, 256)]
+    elt = torch.empty((), dtype=next(model.parameters()).dtype).element_size()
+    measured = []
+    for tokens, seqs in points:
+        if cuda:
+            from runtime.activations import profile_activation_bytes
+
+            peak = profile_activation_bytes(model, tokens, seqs, 8192, config.kernel, True)
+        else:
+            peak = estimate_activation_bytes(model.config, tokens, seqs, elt)
+        measured.append((tokens, seqs, int(peak)))
+    x = torch.tensor([[1.0, t, s] for t, s, _ in measured], dtype=torch.float64)
+    y = torch.tensor([[float(b)] for *_, b in measured], dtype=torch.float64)
+    c0, per_token, per_seq = torch.linalg.lstsq(x, y).solution.flatten().tolist()
+    return ActivationFit(c0, per_token, per_seq, tuple(measured))
+
+
+def _device_record(config: EngineConfig, memory_gb: float | None) -> DeviceRecord:
+    info = describe_device(config)
+    if info.type == "cuda":
+        props = torch.cuda.get_device_properties(resolve_device(config.device))
+        return DeviceRecord(info.name, "cuda", props.total_memory, info.torch_version, info.triton_version,
+                            info.driver, _nvidia_driver())
+    return DeviceRecord(info.name, "cpu", int((memory_gb or 1.0) * GIB), info.torch_version, info.triton_version)
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run_profile(args: ProfileArgs, command: str = "") -> GpuProfile:
+    start = time.monotonic()
+    device = resolve_device(args.device)
+    cuda = device.type == "cuda"
+    if not cuda:
+        torch.set_num_threads(1)  # tiny CPU steps: one thread times steadier than two contending
+    dtype = resolve_dtype(args.dtype, device)
+    model = load_model(args.model, dtype, device, 0)
+    info = model_info(args.model)
+    first = _engine_config(args, Variant(16), cuda)
+    activation = _activation_fit(first, model, cuda)
+    samples, notes = [], []
+    for variant in _variants(args, cuda):
+        if time.monotonic() - start > args.budget_s:
+            notes.append(f"{variant.key}: not timed, past budget_s {args.budget_s:g}")
+            continue
+        try:
+            got = _time_variant(args, _engine_config(args, variant, cuda), model, start + args.budget_s)
+        except Exception as e:  # fp8 KV or graphs unsupported here (a Triton compile error too): the others count
+            notes.append(f"{variant.key}: skipped ({str(e).splitlines()[0][:200]})")
+            continue
+        print(f"  {variant.key}: {len(got)} steps timed ({time.monotonic() - start:.0f} s)", flush=True)
+        samples += got
+    if not samples:
+        raise ConfigError("no step could be timed: " + "; ".join(notes))
+    fit_points, held = split_held_back(samples)
+    error = fit_error(fit(fit_points), held)
+    return GpuProfile(
+        model=args.model, model_shape=info._asdict(), dtype=str(dtype).removeprefix("torch."),
+        device=_device_record(first, args.memory_gb),
+        weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()), activation=activation,
+        coefficients=dict(fit(samples).coefficients), held_back_error=tuple(error),  # type: ignore[arg-type]
+        samples=samples_table(samples), grid=args.grid, measure_s=round(time.monotonic() - start, 1),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command, notes=tuple(notes))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_args(argv)
+        profile = run_profile(args, "python -m runtime.profile " + " ".join(argv))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    path = save_profile(profile, args.out)
+    err = profile.fit_error
+    print(f"profile of {profile.label}: {sum(len(v) for v in profile.samples.values())} steps, "
+          f"{len(profile.coefficients)} variants in {profile.measure_s:g} s")
+    print(f"fit: {err.line()}" if not math.isnan(err.median) else "fit: no held-back steps")
+    for note in profile.notes:
+        print(f"note: {note}")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,6 +13,7 @@ from runtime.config import ConfigError, KernelConfig
 from runtime.cuda_graphs import DecodeGraphs
 from runtime.inputs import build_inputs
 from runtime.kv.manager import BlockCopy, KVCacheManager
+from runtime.limits import decode_graphs_on
 from runtime.model.llama import LlamaForCausalLM
 from runtime.scheduler import SchedulerOutput
 
@@ -59,9 +60,7 @@ class ModelRunner:
         self.caches = allocate_caches(model.layout, sizes, [t.num_blocks for t in kv.tiers], kv_dtype, device)
         self.cpu_caches = allocate_caches(model.layout, sizes, num_cpu_blocks, kv_dtype, torch.device("cpu"),
                                           swap=True)
-        graphs = kernel.cuda_graphs
-        if graphs is None:  # auto: wherever they can run
-            graphs = device.type == "cuda" and self.use_triton and len(kv.tiers) == 1
+        graphs = decode_graphs_on(kernel, len(kv.tiers), device.type == "cuda" and self.use_triton)
         self.graphs = self._decode_graphs(max_num_seqs) if graphs else None
 
     def _decode_graphs(self, max_num_seqs: int) -> DecodeGraphs:

@@ -44,7 +44,7 @@ def build(cls: type, data: Any, error: type[Exception], prefix: str = "") -> Any
     missing = [name for name, f in fields.items() if name not in kwargs and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:
-        raise error(f"{prefix.rstrip('.')}: missing {', '.join(repr(m) for m in missing)}")
+        raise error(f"{prefix.rstrip('.') or 'config'}: missing {', '.join(repr(m) for m in missing)}")
     try:
         return cls(**kwargs)
     except TypeError as e:  # a __post_init__ comparing a value of the wrong shape

@@ -36,6 +36,7 @@ from tuner.redact import mask_text, mask_url
 from tuner.results.conclude import NoBaseline, conclude, measurements_planned
 from tuner.results.endpoint import measure_endpoint
 from tuner.results.export import ExportError, write_exports
+from tuner.results.fidelity import fidelity
 from tuner.results.report import render_report
 from tuner.results.summary import export_metadata, report_inputs, study_plots, summary_lines
 from tuner.search.baseline import baseline_config
@@ -57,9 +58,10 @@ from tuner.traffic import (
     select,
     split_windows,
 )
+from tuner.trials.executors import Executors, open_executors
 from tuner.trials.http_executor import HttpExecutor
 from tuner.trials.metrics import allowed_failures
-from tuner.trials.supervisor import WorkerStartError, WorkerSupervisor
+from tuner.trials.supervisor import WorkerStartError
 
 log = logging.getLogger("pagetune")
 
@@ -166,25 +168,41 @@ def _discard_output(out_dir: Path) -> None:
         out_dir.rmdir()
 
 
-def _inputs(cfg: DictConfig) -> tuple[AppConfig, TrafficLoad, ReplayWindow, ReplayWindow | None, Rates]:
+def _inputs(app: AppConfig) -> tuple[TrafficLoad, ReplayWindow, ReplayWindow | None, Rates]:
     try:
-        app = load_app_config(cfg)
         traffic = _load(app)
-        return (app, traffic, *_windows(app, traffic))
+        return (traffic, *_windows(app, traffic))
     except (TunerConfigError, TrafficError, ConfigError) as e:
         raise Refused(str(e)) from None
 
 
-def _job(cfg: DictConfig, out_dir: Path, interrupts: Interrupts) -> int:
-    app, traffic, search, held_out, rates = _inputs(cfg)
-    console = Console()
-    console.line(f"traffic: {traffic.summary()}")
-    if app.replay.target is not None:
-        return _endpoint(app, traffic, search, rates, console, out_dir)
-    executor = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb, interrupts)
-    interrupts.on_force = executor.kill
+def _config(cfg: DictConfig) -> AppConfig:
     try:
-        hardware = executor.describe(app.runtime)
+        return load_app_config(cfg)
+    except (TunerConfigError, ConfigError) as e:
+        raise Refused(str(e)) from None
+
+
+def _executors(app: AppConfig, interrupts: Interrupts) -> Executors:
+    """What runs the trials (simulating: the profile's model is the runtime's)."""
+    try:
+        return open_executors(app, interrupts)
+    except (TunerConfigError, ConfigError, WorkerStartError) as e:
+        raise Refused(str(e)) from None
+
+
+def _job(cfg: DictConfig, out_dir: Path, interrupts: Interrupts) -> int:
+    app = _config(cfg)
+    if app.replay.target is not None:
+        return _endpoint(app, out_dir)
+    executors = _executors(app, interrupts)
+    app = executors.app
+    console = Console()
+    try:
+        traffic, search, held_out, rates = _inputs(app)
+        console.line(f"traffic: {traffic.summary()}")
+        console.lines(list(executors.notes))
+        hardware = executors.search.describe(app.runtime)
         try:
             space = SearchSpace.from_config(app.search, app.runtime.inert_fields(hardware.device_type))
             baseline, source = baseline_config(app, hardware, space)
@@ -193,18 +211,20 @@ def _job(cfg: DictConfig, out_dir: Path, interrupts: Interrupts) -> int:
         console.line(f"device: {hardware.summary} ({hardware.versions}); baseline: {source}")
         if space.inert:
             console.line(f"not searched, no effect on {hardware.device_type}: {', '.join(space.inert)}")
-        return _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor, console, hardware,
+        return _study(app, cfg, traffic, space, baseline, search, held_out, rates, executors, console, hardware,
                       out_dir)
     except WorkerStartError as e:
         raise Refused(str(e)) from None
     finally:
-        executor.close()
+        executors.close()
         console.close()
 
 
-def _endpoint(app: AppConfig, traffic: TrafficLoad, search: ReplayWindow, rates: Rates, console: Console,
-              out_dir: Path) -> int:
+def _endpoint(app: AppConfig, out_dir: Path) -> int:
     """`replay.target`: the server measured as it is deployed, on the search window; nothing searched."""
+    traffic, search, _, rates = _inputs(app)
+    console = Console()
+    console.line(f"traffic: {traffic.summary()}")
     executor = HttpExecutor(app.replay.target)
     try:
         return measure_endpoint(app, traffic, search, rates, executor, executor.describe(app.runtime), console,
@@ -215,7 +235,7 @@ def _endpoint(app: AppConfig, traffic: TrafficLoad, search: ReplayWindow, rates:
         console.close()
 
 
-def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor, console, hardware,
+def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executors: Executors, console, hardware,
            out_dir: Path) -> int:
     """Tracking checked, the study opened (refused if it measures something else), then the parent run."""
     try:
@@ -224,7 +244,7 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
                               fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=app.storage.retry_s).check()
     except TrackingError as e:
         raise Refused(str(e)) from None
-    identity = study_identity(app, traffic.sha256)
+    identity = study_identity(app, traffic.sha256, executors.sim.sha256 if executors.sim else None)
     parent: list[str] = []  # the parent run, once started: stale trials found before that have no MLflow run
 
     def on_stale(study, stale):
@@ -240,10 +260,11 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
     parent.append(tracker.start_study(identity.name, OmegaConf.to_yaml(cfg),
                                       {"pagetune.traffic_sha256": traffic.sha256,
                                        "pagetune.fingerprint": identity.fingerprint,
-                                       "pagetune.storage": mask_url(app.storage.url)},
+                                       "pagetune.storage": mask_url(app.storage.url),
+                                       "pagetune.figures": executors.figures},
                                       identity.params()))
     try:
-        return _tune(app, study, space, baseline, traffic, search, held_out, rates, executor, tracker, parent[0],
+        return _tune(app, study, space, baseline, traffic, search, held_out, rates, executors, tracker, parent[0],
                      console, hardware, on_stale, out_dir)
     except Interrupted as e:
         tracker.finish_study(parent[0], RunState.KILLED)
@@ -260,20 +281,20 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
         raise
 
 
-def _tune(app, study, space, baseline, traffic, search, held_out, rates, executor, tracker, parent, console,
-          hardware, on_stale, out_dir: Path) -> int:
+def _tune(app, study, space, baseline, traffic, search, held_out, rates, executors: Executors, tracker, parent,
+          console, hardware, on_stale, out_dir: Path) -> int:
     console.start_trials(app.tuner.n_trials, min(trials_counted(study), app.tuner.n_trials), len(search.requests))
     heartbeat = None
     if app.storage.backend.value == "journal":
         heartbeat = JournalHeartbeat(app.storage.url, app.storage.heartbeat_interval_s, app.storage.grace_period_s,
                                      on_stale)
-    runner = TrialRunner(app, space, executor, search, rates, baseline, tracker, parent, console.trial_end,
-                         console.progress, heartbeat, executor.interrupts, on_stale)
-    run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale, executor.interrupts)
+    runner = TrialRunner(app, space, executors.search, search, rates, baseline, tracker, parent, console.trial_end,
+                         console.progress, heartbeat, executors.interrupts, on_stale, executors.figures)
+    run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale, executors.interrupts)
     console.end_trials()
     bar = console.bar(measurements_planned(app, app.tuner.finalists), "re-measuring finalists and baseline")
     try:
-        c = conclude(executor, app, study, search, held_out, lambda: bar.update(1))
+        c = conclude(executors.measure, app, study, search, held_out, lambda: bar.update(1))
     except NoBaseline as e:
         print(f"error: {e}", file=sys.stderr)
         tracker.finish_study(parent, RunState.FAILED)
@@ -284,15 +305,20 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
         plot_paths = study_plots(app, study, c, out_dir / "plots")
     except OSError as e:
         raise ExportError(e.filename or out_dir / "plots", e) from None
+    checked = fidelity(c, executors.sim, out_dir) if executors.sim and executors.measure is not executors.sim else None
     inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
-                           [p.name for p in plot_paths], list(HydraConfig.get().overrides.task))
+                           [p.name for p in plot_paths], list(HydraConfig.get().overrides.task), executors.figures,
+                           checked.lines if checked else ())
     paths = write_exports(out_dir, runtime=c.exported.config.to_dict(),
-                          metadata=export_metadata(app, study, c, traffic, hardware.summary),
+                          metadata=export_metadata(app, study, c, traffic, hardware.summary, executors.figures),
                           report_md=render_report(inputs))
-    tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plot_paths],
+    refit = [checked.refit_path] if checked and checked.refit_path else []
+    tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plot_paths, *refit],
                                 _study_metrics(c), {"pagetune.verdict": c.verdict.headline})
     tracker.finish_study(parent)
     console.lines(summary_lines(c, inputs, paths, app.tracking.uri))
+    if checked:
+        console.lines(["simulated and measured:", *[f"  {line}" for line in checked.lines]])
     return 0
 
 

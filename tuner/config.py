@@ -31,13 +31,19 @@ from runtime import ConfigError, EngineConfig, build_config
 from tuner.schema import hydra_schema
 
 __all__ = [
-    "CONF_DIR", "AppConfig", "BaselineName", "LongPrompts", "ObjectiveName", "OnError", "ParamConfig",
+    "CONF_DIR", "DEFAULT_PROFILE", "AppConfig", "BaselineName",
+    "ExecutorConfig", "LongPrompts", "ObjectiveName", "OnError", "ParamConfig",
     "PrunerName", "QualityConfig", "ReplayConfig", "ResumeMode", "SamplerName", "SearchConfig", "SloConfig",
     "StorageBackend", "StorageConfig", "TrackingConfig", "TrafficFormat", "TunerConfig", "TunerConfigError",
     "ValidationConfig", "WhenConfig", "load_app_config",
 ]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the Hydra config tree of the repository
+# The simulator's default GPU profile (python -m runtime.profile on an H200): what executor=auto simulates on a
+# machine without a GPU, and executor=sim without executor.profile.
+DEFAULT_PROFILE = CONF_DIR / "profiles" / "h200-llama-3-8b.json"
+EXECUTOR_KINDS = ("auto", "real", "sim")
+FIDELITIES = ("single", "sim+real")
 
 
 class SamplerName(str, Enum):
@@ -168,6 +174,9 @@ class TunerConfig:
     timeout_s: float | None = None  # start no new trial after this many seconds; None: no limit
     worker_threads: int | None = 1  # torch CPU threads in the trial worker; None: torch's default
     worker_memory_gb: float | None = None  # CPU runs: address-space cap of the worker; a trial past it is an OOM
+    # single: every measurement on the executor | sim+real: trials simulated (executor=sim), the finalists and
+    # the baseline measured on the real runtime, simulated and measured figures side by side
+    fidelity: str = "single"
 
     def __post_init__(self) -> None:
         for name, low in (("n_trials", 1), ("n_startup_trials", 0), ("population_size", 2), ("repeats", 1),
@@ -185,6 +194,7 @@ class TunerConfig:
         # Finite: the worker turns it into an int of bytes for setrlimit (int(inf) would kill every worker).
         _check(self.worker_memory_gb is None or 0 < self.worker_memory_gb < math.inf, "tuner.worker_memory_gb",
                f"must be > 0 and finite, or null, got {self.worker_memory_gb}")
+        _check(self.fidelity in FIDELITIES, "tuner.fidelity", f"must be one of {FIDELITIES}, got {self.fidelity!r}")
 
     @property
     def directions(self) -> tuple[str, ...]:
@@ -300,6 +310,21 @@ class QualityConfig:
 
 
 @dataclass(frozen=True)
+class ExecutorConfig:
+    """What runs the trials: the real runtime in a worker process, or the simulator in-process (`executor=sim`)."""
+
+    kind: str = "auto"  # auto: real on a GPU, else sim on the profile when it exists, else real | real | sim
+    profile: Path | None = None  # a GPU profile (python -m runtime.profile) to simulate; None: DEFAULT_PROFILE
+
+    def __post_init__(self) -> None:
+        _check(self.kind in EXECUTOR_KINDS, "executor.kind", f"must be one of {EXECUTOR_KINDS}, got {self.kind!r}")
+
+    @property
+    def profile_path(self) -> Path:
+        return self.profile if self.profile is not None else DEFAULT_PROFILE
+
+
+@dataclass(frozen=True)
 class AppConfig:
     """Everything `python -m tuner` runs with, validated."""
 
@@ -315,6 +340,7 @@ class AppConfig:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
     def __post_init__(self) -> None:
         _check(self.replay.target is None or self.tuner.n_trials == 1, "tuner.n_trials",

@@ -208,6 +208,8 @@ APP_BAD: dict[str, st.SearchStrategy] = {
     "tuner.timeout_s": optional_numbers_outside(lambda x: x > 0),
     "tuner.worker_threads": st.one_of(st.integers(max_value=0), not_int(nullable=True)),
     "tuner.worker_memory_gb": optional_numbers_outside(lambda x: _finite(x) and x > 0),
+    "tuner.fidelity": names_outside(("single", "sim+real")),
+    "executor.kind": names_outside(("auto", "real", "sim")),
     "storage.backend": names_outside(("rdb", "journal")),
     "storage.url": st.one_of(TEXT.filter(lambda s: "://" not in s), not_str()),
     "storage.heartbeat_interval_s": ints_below(1),
@@ -257,7 +259,7 @@ def test_bad_app_value_is_a_tuner_config_error_naming_the_key(traffic, case):
     assert str(err.value).startswith(f"{key}: "), str(err.value)
 
 
-APP_SECTIONS = ("slo", "tuner", "storage", "tracking", "replay", "validation", "quality", "search")
+APP_SECTIONS = ("slo", "tuner", "storage", "tracking", "replay", "validation", "quality", "search", "executor")
 
 
 @settings(max_examples=UNKNOWN_KEY_EXAMPLES, deadline=None)

@@ -47,6 +47,7 @@ class Remeasured(NamedTuple):
     rows: dict[str, tuple[dict[str, Any], ...]]  # label -> per-request latencies of its first measurement
     failed: list[str]  # what did not complete, with reasons
     saturated: dict[str, list[bool]]  # label -> per round: the SLO held at every rate the window allows
+    steps: tuple[tuple[str, int, int, int, int, float], ...] = ()  # sim+real: the real engine's timed steps
 
     def median(self, label: str) -> float | None:
         done = [v for v in self.values[label] if v is not None]
@@ -84,14 +85,15 @@ def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate
     """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round."""
     labels = [c.label for c in candidates]
     result = Remeasured(window.key, {k: [] for k in labels}, {k: [] for k in labels}, {}, [], {k: [] for k in labels})
+    steps: list = []
     for r in range(rounds):
         for c in [*candidates[r % len(candidates):], *candidates[:r % len(candidates)]]:
-            value, probes, saturated = _measure(executor, app, c, window, r, result.failed, result.rows)
+            value, probes, saturated = _measure(executor, app, c, window, r, result.failed, result.rows, steps)
             result.values[c.label].append(value)
             result.probes[c.label].append(probes)
             result.saturated[c.label].append(saturated)
             on_done()
-    return result
+    return result._replace(steps=tuple(steps))
 
 
 def _dither(app: AppConfig, key: str) -> float:
@@ -102,14 +104,16 @@ def _dither(app: AppConfig, key: str) -> float:
 
 
 def _measure(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int,
-             failed: list[str], rows: dict) -> tuple[float | None, tuple[Probe, ...], bool]:
+             failed: list[str], rows: dict, steps: list) -> tuple[float | None, tuple[Probe, ...], bool]:
     """One fresh measurement; capacity starts its bracket at the candidate's search capacity (req/s)."""
     capacity = app.tuner.objective is ObjectiveName.capacity
     start = c.search_value / window.rate_rps if capacity and c.search_value > 0 else None
     if start is not None:
         start *= _dither(app, f"{c.label}/{window.key}/{round_}")
-    job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(app, start, repeats=1, checkpoint=False))
+    job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(app, start, repeats=1, checkpoint=False),
+                   step_log=app.tuner.fidelity == "sim+real")  # sim+real re-measures for real: refit the profile
     outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, app.tuner.trial_timeout_s)
+    steps.extend(outcome.steps)
     if outcome.status is not TrialStatus.ok or outcome.measurement is None:
         failed.append(f"{c.label} on the {window.key} window, round {round_ + 1}: {outcome.status.value}: "
                       f"{outcome.reason}")

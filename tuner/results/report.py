@@ -32,11 +32,15 @@ class ReportInputs:
     tracking_uri: str = "sqlite:///mlflow.db"
     notes: Sequence[str] = field(default_factory=tuple)
     plots: Sequence[str] = ()  # file names under plots/
+    figures: str = "measured on the real runtime"  # or simulated, and from which GPU profile
+    fidelity_lines: Sequence[str] = ()  # sim+real: simulated vs measured per candidate, the profile's refit
 
 
 def render_report(inputs: ReportInputs) -> str:
     c = inputs.conclusion
     parts = [_headline(inputs), _knobs(c, inputs.inert), _selection(c), _proof(c)]
+    if inputs.fidelity_lines:
+        parts.append("## Simulated and measured\n\n" + "\n".join(f"- {line}" for line in inputs.fidelity_lines))
     if inputs.search_lines:
         parts.append("## The search\n\n" + "\n".join(f"- {line}" for line in inputs.search_lines))
     if inputs.max_model_len_candidates:
@@ -63,6 +67,7 @@ def headline_lines(inputs: ReportInputs) -> list[str]:
              f"{_num(value)} {c.unit} (median of {_done(c.proof, exported.label)} rounds)",
              *[f"- {line}" for line in inputs.capacity_reading],
              f"- Method: {c.verdict.method}; the pick was chosen on other replays (the search window).",
+             f"- Figures: {inputs.figures}",
              f"- SLO: {inputs.slo}", f"- Traffic: {inputs.traffic}", f"- Windows: {inputs.windows}"]
     if value is not None and value == 0:
         lines.append("- **The SLO is not met at any rate tried**: every request is slower than the SLO allows.")

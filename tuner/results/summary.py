@@ -97,7 +97,8 @@ def reproduce_command(overrides: Sequence[str], study_name: str) -> str:
 
 def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad, rates: Rates,
                   windows: tuple[ReplayWindow, ReplayWindow | None], inert: Sequence[str],
-                  plot_names: Sequence[str], overrides: Sequence[str]) -> ReportInputs:
+                  plot_names: Sequence[str], overrides: Sequence[str], figures: str = "measured on the real runtime",
+                  fidelity_lines: Sequence[str] = ()) -> ReportInputs:
     return ReportInputs(
         study_name=study.study_name, conclusion=c, objective=app.tuner.objective.value, slo=_slo(app),
         traffic=f"{Path(traffic.path).name} ({traffic.format}, {len(traffic.requests)} requests, "
@@ -107,7 +108,8 @@ def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: T
         max_model_len_candidates=[(m.max_model_len, m.rejected_share)
                                   for m in max_model_len_candidates(traffic.logged_totals)],
         reproduce_command=reproduce_command(overrides, study.study_name),
-        tracking_uri=mask_url(app.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names)
+        tracking_uri=mask_url(app.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names,
+        figures=figures, fidelity_lines=fidelity_lines)
 
 
 def study_plots(app: AppConfig, study: optuna.Study, c: Conclusion, folder: Path) -> list[Path]:
@@ -138,14 +140,15 @@ def summary_lines(c: Conclusion, report: ReportInputs, paths: ExportPaths, track
 
 
 def export_metadata(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad,
-                    hardware: str) -> dict[str, Any]:
-    """best.yaml's provenance: the verdict and its interval, and the runner-up beside it."""
+                    hardware: str, figures: str = "measured on the real runtime") -> dict[str, Any]:
+    """best.yaml's provenance: the verdict and its interval, and the runner-up beside it; `figures` says whether
+    they were measured or simulated (and from which GPU profile)."""
     interval = c.verdict.interval
     meta = {"study": study.study_name, "trial": c.exported.trial, "config": c.exported.label,
             "verdict": c.verdict.headline, "method": c.verdict.method,
             "value": c.proof.median(c.exported.label), "unit": c.unit, "objective": app.tuner.objective.value,
             "traffic_sha256": traffic.sha256, "model": app.runtime.model.name, "hardware": hardware,
-            "baseline": app.baseline.value, **provenance()}
+            "figures": figures, "baseline": app.baseline.value, **provenance()}
     if interval is not None:
         meta["interval"] = {"mean": interval.mean, "low": interval.low, "high": interval.high,
                             "rounds": interval.rounds}

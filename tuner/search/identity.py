@@ -68,7 +68,8 @@ class StudyIdentity(NamedTuple):
                                                                           "differ": differ}])
 
 
-def study_identity(app: AppConfig, traffic_sha256: str) -> StudyIdentity:
+def study_identity(app: AppConfig, traffic_sha256: str, simulated: str | None = None) -> StudyIdentity:
+    """`simulated`: the GPU profile's sha256 when the trials are simulated (a simulated study is another study)."""
     window = {k: getattr(app.replay, k) for k in ("start_s", "duration_s", "max_requests", "sample", "seed",
                                                   "time_scale", "long_prompts")}
     parts = {
@@ -81,6 +82,8 @@ def study_identity(app: AppConfig, traffic_sha256: str) -> StudyIdentity:
         "space": _plain(dataclasses.asdict(app.search)),
         "baseline": app.baseline.value,
     }
+    if simulated is not None:
+        parts["simulated"] = {"profile_sha256": simulated, "fidelity": app.tuner.fidelity}
     fingerprint = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     name = app.tuner.study_name or f"{traffic_stem(str(app.traffic))}-{fingerprint[:8]}"
     return StudyIdentity(name, fingerprint, parts)

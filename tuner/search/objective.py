@@ -101,6 +101,7 @@ class TrialRunner:
     heartbeat: JournalHeartbeat | None = None  # journal storage only: RDB storage beats by itself
     interrupts: Interrupts | None = None  # a signal stops the study: the running trial is re-queued
     on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None  # a dead worker's trial
+    figures: str = "measured"  # what the trials' figures are (simulated: from which profile), tagged on each run
 
     def fail_stale(self, study: optuna.Study) -> None:
         """Fail (and re-queue) trials whose worker died; RDB storage does it through its heartbeats."""
@@ -135,7 +136,8 @@ class TrialRunner:
                        plan_for(self.app, start, repeats=self.app.tuner.repeats, checkpoint=checkpoint))
         config_yaml = yaml.safe_dump({"runtime": config.to_dict(), "knobs": values}, sort_keys=False)
         run_id = self.tracker.begin_trial(self.parent_run_id, trial.number, values, config_yaml,
-                                          {"pagetune.baseline": str(is_baseline(trial)).lower()})
+                                          {"pagetune.baseline": str(is_baseline(trial)).lower(),
+                                           "pagetune.figures": self.figures})
         beating = self.heartbeat.beating(trial) if self.heartbeat else contextlib.nullcontext()
         with beating:
             try:

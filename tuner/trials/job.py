@@ -57,6 +57,7 @@ class TrialJob:
     quality: QualityConfig | None  # set when `config` changes numerics: the guardrail runs first
     traffic_key: str  # which traffic (sent to the worker once) to replay
     plan: MeasurePlan
+    step_log: bool = False  # also return the timed steps of its replays (a real engine: to refit a GPU profile)
 
 
 class ReplaySummary(NamedTuple):
@@ -136,3 +137,4 @@ class TrialOutcome:
     setup_s: float = 0.0  # engine build (and model load unless reused): the per-trial overhead
     model_reused: bool = False
     checkpoint: Probe | None = None  # the probe at the incumbent's capacity, for a pruned trial
+    steps: tuple[tuple[str, int, int, int, int, float], ...] = ()  # job.step_log: tuner.trials.steplog rows

@@ -8,7 +8,6 @@ exception escape.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 import traceback
@@ -23,7 +22,9 @@ from tuner.traffic import TrafficRequest
 from tuner.trials.job import Probe, QualityResult, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.quality import ProbeSet, compare, run_probe
-from tuner.trials.replay import ReplayClock, replay
+from tuner.trials.replay import ReplayClock
+from tuner.trials.replayer import engine_replay, measured_outcome
+from tuner.trials.steplog import StepLog
 
 
 class Channel(Protocol):
@@ -61,17 +62,14 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
         clock = ReplayClock()
         engine = LLMEngine(job.config, clock=clock, model=model)
         setup_s = time.perf_counter() - start
-        replay_fn = functools.partial(replay, engine, clock)
-        replayer = WindowReplayer(replay_fn, requests, job.plan.slo, channel.progress,
+        log = StepLog(engine) if job.step_log else None
+        replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan.slo, channel.progress,
                                   lambda: peak_memory_gb(job.config))
         replayer.warm_up(job.plan.warmup_requests)
         span = requests[-1].arrival_s - requests[0].arrival_s
         measurement, stopped_at = measure(replayer, job.plan, span, channel.checkpoint)
-        if stopped_at is not None:
-            return TrialOutcome(TrialStatus.pruned, measurement, "fails the SLO at the incumbent's capacity "
-                                f"(x{stopped_at.scale:.4g}: attainment {stopped_at.median('slo_attainment'):.3f})",
-                                quality, setup_s, reused, stopped_at)
-        return TrialOutcome(TrialStatus.ok, measurement, None, quality, setup_s, reused)
+        outcome = measured_outcome(measurement, stopped_at, quality, setup_s, reused)
+        return outcome if log is None else replace(outcome, steps=tuple(log.rows))
     except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included: the config cannot start
         return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
     except (torch.cuda.OutOfMemoryError, MemoryError) as e:

@@ -50,6 +50,7 @@ def test_report_of_an_improvement():
         "- On the search window: 12 req/s = 3x the trace's recorded rate",
         "- Method: paired t-interval (95%) over 3 interleaved rounds on the held-out window; the pick was "
         "chosen on other replays (the search window).",
+        "- Figures: measured on the real runtime",
         "- SLO: TTFT <= 2 s, TPOT <= 0.1 s, attainment 99.0%",
         "- Traffic: logs.jsonl (native, 120 requests, sha256 0123456789ab)",
         "- Windows: search 96 requests at 4 req/s; held out 24 requests at 3.5 req/s (as replayed)",

@@ -1,0 +1,121 @@
+"""The simulated engine: the real `LLMEngine` loop, scheduler and KV manager on a virtual clock, no weights.
+
+    LLMEngine.step:  schedule (real) -> SimRunner.execute: clock += predicted step time -> StreamSampler
+                     (a deterministic token per row, never an EOS) -> postprocess (real)
+
+The KV pool is sized by `runtime.memory.plan_memory`, the function the real engine uses, from the
+profiled GPU's memory and the profile's weight and activation bytes, so a config holds the blocks it
+would hold on that GPU. What the simulator leaves out: the scheduler's own host time beyond what the
+profiled step constant absorbs, swap and copy-on-write copies (free here), and numerics.
+"""
+
+from __future__ import annotations
+
+from runtime.backend import Backend
+from runtime.config import ConfigError, EngineConfig
+from runtime.engine import LLMEngine
+from runtime.kv.manager import KVCacheManager, TierSpec
+from runtime.limits import decode_graphs_on, engine_limits
+from runtime.memory import GIB, MemoryPlan, plan_memory
+from runtime.scheduler import SchedulerOutput
+from runtime.sim.profile_file import GpuProfile
+from runtime.sim.shape import StepShaper
+from runtime.sim.stepmodel import StepTimeModel
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1}
+
+
+class VirtualClock:
+    """Simulated seconds: steps advance it, `jump_to` skips idle gaps (the replay clock's interface)."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.now = 0.0
+        self.skipped_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def jump_to(self, t: float) -> None:
+        if t > self.now:
+            self.skipped_s += t - self.now
+            self.now = t
+
+
+class SimRunner:
+    """Runs a step by advancing the clock by the step-time model's prediction for its composition."""
+
+    def __init__(self, model: StepTimeModel, shaper: StepShaper, clock: VirtualClock) -> None:
+        self.model, self.shaper, self.clock = model, shaper, clock
+
+    def execute(self, out: SchedulerOutput) -> SchedulerOutput:
+        self.clock.advance(self.model.predict_tiers(self.shaper.parts(out.scheduled)))
+        return out
+
+
+class StreamSampler:
+    """One token per row: a fixed stream per sequence that skips `eos_ids`, so requests stop at max_tokens."""
+
+    def __init__(self, vocab_size: int, eos_ids: frozenset[int]) -> None:
+        self.vocab_size, self.eos_ids = vocab_size, eos_ids
+        self.drawn: dict[int, int] = {}  # seq_id -> tokens drawn so far
+
+    def sample(self, logits: object, rows: list[list[tuple[int, int, object]]]) -> list[list[int]]:
+        return [[self._next(seq_id, seed) for seq_id, seed, _ in seqs] for seqs in rows]
+
+    def _next(self, seq_id: int, seed: int) -> int:
+        k = self.drawn[seq_id] = self.drawn.get(seq_id, 0) + 1
+        token = (seed * 31 + k * 7919) % self.vocab_size
+        while token in self.eos_ids:
+            token = (token + 1) % self.vocab_size
+        return token
+
+    def forget(self, seq_id: int) -> None:
+        self.drawn.pop(seq_id, None)
+
+
+def sim_memory(config: EngineConfig, profile: GpuProfile) -> tuple[int, int, MemoryPlan]:
+    """(max_model_len, token budget, memory plan) of `config` on the profiled GPU, as the real engine plans them."""
+    if config.model.name != profile.model:
+        raise ConfigError(f"model.name: the GPU profile is of {profile.model!r}, not {config.model.name!r}")
+    limits = engine_limits(config, profile.info)
+    kv_dtype = profile.dtype if config.cache.kv_cache_dtype == "auto" else config.cache.kv_cache_dtype
+    device_bytes = (int(config.cache.device_memory_gb * GIB) if config.cache.device_memory_gb is not None
+                    else profile.device.memory_bytes)
+    plan = plan_memory(
+        device_bytes=device_bytes, utilization=config.cache.gpu_memory_utilization,
+        weight_bytes=profile.weight_bytes,
+        activation_bytes=profile.activation.bytes_for(limits.max_num_batched_tokens, config.scheduler.max_num_seqs),
+        tiers=limits.tiers, layout=profile.info.kv_layout, kv_dtype_bytes=DTYPE_BYTES[kv_dtype],
+        swap_space_gb=config.cache.swap_space, num_blocks_override=config.cache.num_gpu_blocks_override)
+    return limits.max_model_len, limits.max_num_batched_tokens, plan
+
+
+def sim_backend(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
+                step_model: StepTimeModel | None = None) -> Backend:
+    """A model-free backend for `config` on the profiled GPU (`step_model`: the profile's unless given)."""
+    max_model_len, budget, plan = sim_memory(config, profile)
+    tiers = tuple(TierSpec(t.max_len, t.block_size, n, c) for t, n, c in
+                  zip(engine_limits(config, profile.info).tiers, plan.num_blocks, plan.num_cpu_blocks))
+    eos: frozenset[int] = frozenset()  # a model-free stream never stops a request early: max_tokens does
+    model = step_model or profile.step_model
+    # graphs as the engine would capture them on the profiled device (Triton attention there, unless asked for torch)
+    graphs = decode_graphs_on(config.kernel, len(tiers),
+                              profile.device.type == "cuda" and config.kernel.attention_backend != "torch")
+
+    def make_runner(kv: KVCacheManager) -> SimRunner:
+        return SimRunner(model, StepShaper(config, kv.tiers, graphs), clock)
+
+    return Backend(max_model_len, budget, tiers, profile.info.vocab_size, eos, make_runner,
+                   StreamSampler(profile.info.vocab_size, eos), None)
+
+
+def sim_engine(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
+               step_model: StepTimeModel | None = None) -> LLMEngine:
+    """An engine whose steps take the profile's predicted time on `clock` (give the same clock to the replay)."""
+    return LLMEngine(config, clock=clock, backend=sim_backend(config, profile, clock, step_model))

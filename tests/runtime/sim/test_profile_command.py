@@ -1,0 +1,58 @@
+"""`python -m runtime.profile` on the tiny model on CPU (small grid): what the profile records."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime import ConfigError
+from runtime.profile import main, parse_args
+from runtime.sim import load_profile
+from runtime.sim.stepmodel import FEATURES
+from tests.runtime.sim.sim_factories import TINY_WEIGHT_BYTES
+
+
+@pytest.fixture(scope="module")
+def tiny_profile_path(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile") / "tiny.json"
+    assert main(["model=tiny", "grid=small", "device=cpu", "repeats=1", f"out={out}"]) == 0
+    return out
+
+
+def test_the_profile_records_device_model_memory_and_fit(tiny_profile_path):
+    p = load_profile(tiny_profile_path)
+    assert (p.model, p.dtype, p.grid, p.device.type, p.device.memory_bytes) == ("tiny", "float32", "small", "cpu",
+                                                                              1 << 30)
+    assert p.info.kv_layout == (4, 2, 32)
+    assert p.weight_bytes == TINY_WEIGHT_BYTES
+    assert (p.activation.const_bytes, p.activation.per_token_bytes, p.activation.per_seq_bytes) == pytest.approx(
+        (0.0, 6144.0, 24576.0), abs=1e-3)  # the CPU estimate is exactly linear
+    assert list(p.coefficients) == ["bs16/auto/eager"]
+    assert len(p.coefficients["bs16/auto/eager"]) == len(FEATURES)
+    rows = p.samples["bs16/auto/eager"]
+    assert len(rows) >= 20 and all(r[4] > 0 for r in rows)
+    assert p.fit_error.points == len(rows) // 5
+    assert p.command.startswith("python -m runtime.profile model=tiny grid=small")
+    assert p.device.torch and p.created
+
+
+def test_bad_arguments_name_the_key():
+    with pytest.raises(ConfigError, match="grid: must be small or full"):
+        parse_args(["model=tiny", "grid=huge"])
+    with pytest.raises(ConfigError, match="'blocks=16': expected key=value"):
+        parse_args(["model=tiny", "blocks=16"])
+    with pytest.raises(ConfigError, match="model: required"):
+        parse_args(["grid=small"])
+    assert parse_args(["model=tiny", "block_sizes=8,16", "kv_dtypes=auto"]).block_sizes == (8, 16)
+
+
+@pytest.mark.gpu
+def test_the_profile_command_on_cuda_times_graphs_and_fp8(tmp_path):
+    """The small grid on the GPU: eager and graph variants, bf16 and fp8 KV, the device and its versions."""
+    out = tmp_path / "tiny-cuda.json"
+    assert main(["model=tiny", "grid=small", "graphs=both", "kv_dtypes=auto,fp8_e4m3", f"out={out}"]) == 0
+    p = load_profile(out)
+    assert p.device.type == "cuda" and p.device.memory_bytes > 0 and p.device.cuda and p.dtype == "bfloat16"
+    assert sorted(p.coefficients) == ["bs16/auto/eager", "bs16/auto/graph", "bs16/fp8_e4m3/eager",
+                                      "bs16/fp8_e4m3/graph"]
+    assert p.notes == ()
+    assert p.activation.per_token_bytes > 0

@@ -1,0 +1,90 @@
+"""The step-time model: least squares recovers known coefficients; shapes follow the runner's padding rules."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from runtime import EngineConfig
+from runtime.kv.manager import TierSpec
+from runtime.scheduler import ScheduledSeq
+from runtime.sim import StepSample, StepShape, StepTimeModel, Variant, fit, fit_error
+from runtime.sim.shape import StepShaper
+from runtime.sim.stepmodel import split_held_back
+from tests.runtime.kv_factories import make_seq
+
+EAGER16 = Variant(16)
+GRAPH16 = Variant(16, "auto", True)
+EAGER32_FP8 = Variant(32, "fp8_e4m3")
+TRUE = {EAGER16.key: (3e-3, 2e-5, 4e-10, 6e-5, 3e-8), EAGER32_FP8.key: (2.5e-3, 1.8e-5, 3e-10, 5e-5, 1.5e-8),
+        GRAPH16.key: (1e-3, 0.0, 0.0, 4e-5, 3e-8)}
+
+
+def synthetic_samples() -> list[StepSample]:
+    """Steps timed exactly by TRUE's coefficients over a grid of compositions."""
+    model = StepTimeModel(TRUE)
+    samples = []
+    for variant in (EAGER16, EAGER32_FP8):
+        for pt, ctx, ds, dctx in itertools.product((0, 64, 512, 2048), (0, 1024), (0, 8, 64), (128, 2048)):
+            shape = StepShape(pt, pt * (ctx + pt), ds, ds * dctx)
+            if pt or ds:
+                samples.append(StepSample(variant, shape, model.predict(variant, shape)))
+    for ds, dctx in itertools.product((1, 8, 32, 256), (64, 512, 4096)):
+        shape = StepShape(0, 0, ds, ds * dctx)
+        samples.append(StepSample(GRAPH16, shape, model.predict(GRAPH16, shape)))
+    return samples
+
+
+def test_fit_recovers_known_coefficients():
+    fitted = fit(synthetic_samples())
+    assert sorted(fitted.coefficients) == sorted(TRUE)
+    for key, coef in TRUE.items():
+        assert fitted.coefficients[key] == pytest.approx(coef, rel=1e-6, abs=1e-15)
+
+
+def test_held_back_points_are_every_fifth_per_variant_and_their_error_is_zero_for_exact_timings():
+    samples = synthetic_samples()
+    fit_points, held = split_held_back(samples)
+    assert (len(samples), len(fit_points), len(held)) == (100, 82, 18)
+    error = fit_error(fit(fit_points), held)
+    assert error.points == 18
+    assert error.max == pytest.approx(0.0, abs=1e-9)
+
+
+def test_an_unprofiled_variant_borrows_the_nearest_profiled_one():
+    model = StepTimeModel(TRUE)
+    assert model.resolve(Variant(8)) == EAGER16
+    assert model.resolve(Variant(64, "fp8_e4m3")) == EAGER32_FP8
+    assert model.resolve(Variant(32, "auto", True)) == GRAPH16
+    assert model.resolve(Variant(32)) == EAGER16  # same dtype first, then the closest block size
+
+
+def test_a_step_over_two_tiers_pays_one_constant_and_each_tiers_attention():
+    model = StepTimeModel(TRUE)
+    a, b = StepShape(100, 10_000, 4, 400), StepShape(50, 20_000, 2, 1000)
+    c16, c32 = TRUE[EAGER16.key], TRUE[EAGER32_FP8.key]
+    expected = (c16[0] + c16[1] * 150 + c16[3] * 6 + c16[2] * 10_000 + c16[4] * 400
+                + c32[2] * 20_000 + c32[4] * 1000)
+    assert model.predict_tiers([(EAGER16, a), (EAGER32_FP8, b)]) == pytest.approx(expected, rel=1e-12)
+
+
+def _scheduled(*items: tuple[int, int]) -> tuple[ScheduledSeq, ...]:
+    """(start, new tokens) per sequence, decodes being one new token at the end of their tokens."""
+    out = []
+    for i, (start, n) in enumerate(items):
+        seq = make_seq(list(range(1, start + n + 1)), i)
+        out.append(ScheduledSeq(seq, start, n, True))
+    return tuple(out)
+
+
+def test_shape_pads_an_eager_step_and_fills_a_graph_bucket():
+    tiers = (TierSpec(1024, 16, 100, 0),)
+    eager = StepShaper(EngineConfig.from_flat("tiny", pad_multiple=8, cuda_graphs=False, device="cuda"), tiers, False)
+    step = _scheduled((99, 1), (9, 1), (0, 20))  # 22 tokens, padded to 24: 2 pad rows join the prefill
+    assert eager.parts(step) == [(EAGER16, StepShape(prefill_tokens=22, prefill_attention=400, decode_seqs=2,
+                                                     decode_context=110))]
+    assert eager.parts(_scheduled((99, 1), (9, 1), (5, 1))) == [(EAGER16, StepShape(0, 0, 8, 116))]
+    graphs = StepShaper(EngineConfig.from_flat("tiny", cuda_graphs=True, device="cuda", max_num_seqs=64), tiers, True)
+    assert graphs.parts(_scheduled((99, 1), (9, 1), (5, 1))) == [(GRAPH16, StepShape(0, 0, 4, 116))]
+    assert graphs.parts(step)[0][0] == EAGER16  # a mixed step runs eagerly

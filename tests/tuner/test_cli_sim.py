@@ -1,0 +1,67 @@
+"""`python -m tuner executor=sim`: the quick start on a GPU profile, in a subprocess; every output says simulated."""
+
+from __future__ import annotations
+
+import time
+
+from runtime import EngineConfig, load_profile
+from tests.runtime.sim.sim_factories import write_tiny_profile
+from tests.tuner.cli import mlflow_runs, run_tuner, tuner_args
+from tuner.traffic import SAMPLE_TRAFFIC
+
+
+def test_the_simulated_quick_start_says_simulated_everywhere(tmp_path):
+    profile = write_tiny_profile(tmp_path)
+    args = [a for a in tuner_args(tmp_path, SAMPLE_TRAFFIC, study="sim", trials=6) if a != "executor=real"]
+    args = [a for a in args if not a.startswith(("replay.max_requests=", "replay.time_scale="))]
+    start = time.monotonic()
+    result = run_tuner([*args, "executor=sim", f"executor.profile={profile}", "slo.ttft_s=0.3", "slo.tpot_s=0.02"],
+                       cwd=tmp_path, timeout=300)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert elapsed < 120
+    label = f"simulated (profile: {profile}, tiny on Test GPU (torch 2.13.0))"
+    assert f"figures are {label}" in result.stdout
+    assert "device: 1 x Test GPU (simulated: tiny-profile.json)" in result.stdout
+    assert f"Figures: {label}" in result.stdout
+    out = tmp_path / "out-sim"
+    best = EngineConfig.from_yaml(out / "best.yaml")
+    assert best.metadata["figures"] == label
+    assert best.metadata["hardware"] == "1 x Test GPU (simulated: tiny-profile.json)"
+    assert f"- Figures: {label}" in (out / "report.md").read_text()
+    _, parents, children = mlflow_runs(tmp_path, "sim")
+    assert parents[0].data.tags["pagetune.figures"] == label
+    assert len(children) == 6 and {c.data.tags["pagetune.figures"] for c in children} == {label}
+
+
+def test_a_missing_profile_is_a_one_line_error_with_the_command_that_makes_it(tmp_path):
+    args = [a for a in tuner_args(tmp_path, SAMPLE_TRAFFIC) if a != "executor=real"]
+    result = run_tuner([*args, "executor=sim", f"executor.profile={tmp_path / 'none.json'}"], cwd=tmp_path,
+                       timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: executor.profile: no GPU profile at {tmp_path / 'none.json'}. Make one on the GPU to simulate: "
+        f"python -m runtime.profile model=llama-3-8b out={tmp_path / 'none.json'}")
+    assert not (tmp_path / "out-t").exists()
+
+
+def test_sim_plus_real_measures_the_finalists_for_real_and_refits_the_profile(tmp_path):
+    """A profile that says CPU, so the real re-measurements run the same knobs the simulated search chose."""
+    profile = write_tiny_profile(tmp_path, device_type="cpu")
+    args = [a for a in tuner_args(tmp_path, SAMPLE_TRAFFIC, study="sr", trials=3) if a != "executor=real"]
+    result = run_tuner([*args, "executor=sim", f"executor.profile={profile}", "tuner.fidelity=sim+real"],
+                       cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "out-sr"
+    report = (out / "report.md").read_text()
+    section = report.split("## Simulated and measured\n\n")[1].split("\n\n")[0].splitlines()
+    assert section[0].startswith("- baseline: simulated ") and "measured" in section[0]
+    assert "simulation error" in section[0]
+    assert section[-2].startswith("- step times of tiny-profile.json on ")
+    assert section[-1].startswith("- refitted with them (profile-refit.json): ")
+    refit = load_profile(out / "profile-refit.json")
+    assert refit.notes[-1].startswith("refitted with ") and len(refit.samples["bs16/auto/eager"]) > 0
+    assert EngineConfig.from_yaml(out / "best.yaml").metadata["figures"].endswith(
+        "; the finalists, the baseline and the verdict measured on the real runtime")
+    client, parents, _ = mlflow_runs(tmp_path, "sr")
+    assert "profile-refit.json" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}

@@ -1,0 +1,57 @@
+"""Which executor runs the trials: executor.kind and tuner.fidelity (no worker is started here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.runtime.sim.sim_factories import write_tiny_profile
+from tuner.config import TunerConfigError, load_app_config
+from tuner.traffic import SAMPLE_TRAFFIC
+from tuner.trials.executors import open_executors
+from tuner.trials.sim import SimExecutor
+
+
+def _app(**sections):
+    return load_app_config({"traffic": str(SAMPLE_TRAFFIC), **sections})
+
+
+def test_simulating_runs_the_profiles_model_and_says_so(tmp_path):
+    path = write_tiny_profile(tmp_path)
+    app = _app(executor={"kind": "sim", "profile": str(path)}, runtime={"model": {"name": "llama-3-8b"}})
+    ex = open_executors(app)
+    assert isinstance(ex.search, SimExecutor) and ex.measure is ex.search is ex.sim
+    assert ex.app.runtime.model.name == "tiny"
+    assert ex.notes[0] == "simulating tiny (the profile's model) in place of runtime.model.name llama-3-8b"
+    assert ex.figures == f"simulated (profile: {path}, tiny on Test GPU (torch 2.13.0))"
+
+
+def test_sim_plus_real_needs_a_simulated_search():
+    with pytest.raises(TunerConfigError, match=r"^tuner\.fidelity: sim\+real searches in simulation"):
+        open_executors(_app(executor={"kind": "real"}, tuner={"fidelity": "sim+real"}))
+
+
+def test_a_bad_profile_names_executor_profile(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": "tiny"}')
+    with pytest.raises(TunerConfigError, match=r"^executor\.profile: .*bad\.json: config: missing 'model_shape'"):
+        open_executors(_app(executor={"kind": "sim", "profile": str(bad)}))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto runs the real runtime on a GPU")
+def test_auto_without_a_gpu_simulates_the_profile_when_it_is_there(tmp_path):
+    path = write_tiny_profile(tmp_path)
+    ex = open_executors(_app(executor={"profile": str(path)}))  # kind auto; this machine has no GPU
+    try:
+        assert isinstance(ex.search, SimExecutor) and ex.measure is ex.search
+        assert ex.notes[0] == f"executor: sim (no GPU here: {path} is simulated; executor=real runs the runtime " \
+                              "on this CPU)"
+    finally:
+        ex.close()
+    missing = tmp_path / "none.json"
+    ex = open_executors(_app(executor={"profile": str(missing)}))
+    try:
+        assert ex.sim is None and ex.figures == "measured on the real runtime"
+        assert ex.notes == (f"executor: real (no GPU here, and no GPU profile at {missing} to simulate)",)
+    finally:
+        ex.close()

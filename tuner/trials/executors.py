@@ -1,0 +1,111 @@
+"""Which executor runs the trials and which re-measures the finalists, from `executor.*` and `tuner.fidelity`.
+
+    executor   fidelity   trials                      finalists and baseline
+    real       single     worker (real runtime)       worker
+    sim        single     SimExecutor (the profile)    SimExecutor
+    sim        sim+real   SimExecutor                  worker: measured for real, beside the simulated figures
+    auto       either     real on a GPU; without one, sim on executor.profile (default DEFAULT_PROFILE) when it
+                          exists, else real
+
+Simulating, the runtime's model is the profile's (the step times are that model's on that GPU); the
+console says so when it replaces the configured one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+from tuner.config import AppConfig, TunerConfigError
+from tuner.interrupts import Interrupts
+from tuner.trials.sim import SimExecutor
+from tuner.trials.supervisor import Executor, WorkerSupervisor
+
+
+class Executors(NamedTuple):
+    search: Executor  # runs the trials
+    measure: Executor  # re-measures the finalists and the baseline (the search's unless sim+real)
+    app: AppConfig  # the config the study runs with (simulating: the profile's model)
+    sim: SimExecutor | None  # set when the trials are simulated
+    notes: tuple[str, ...]  # console lines: what runs, and why
+    interrupts: Interrupts | None = None  # SIGINT/SIGTERM: the search stops cleanly between or within trials
+
+    @property
+    def figures(self) -> str:
+        """What the study's figures are, as the console, report, best.yaml and MLflow say it."""
+        if self.sim is None:
+            return "measured on the real runtime"
+        if self.measure is self.sim:
+            return self.sim.label
+        return f"trials {self.sim.label}; the finalists, the baseline and the verdict measured on the real runtime"
+
+    def close(self) -> None:
+        self.search.close()
+        if self.measure is not self.search:
+            self.measure.close()
+
+
+def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> Executors:
+    """The executors for `app`; auto starts the worker to learn whether this machine has a GPU.
+    Raises TunerConfigError (a missing or bad profile, sim+real without a simulator) and WorkerStartError."""
+    kind, notes = app.executor.kind, []
+    worker = None
+    if kind == "auto":
+        worker = _worker(app, interrupts)
+        profile = app.executor.profile_path
+        if worker.describe(app.runtime).device_type == "cuda":
+            kind = "real"
+        elif profile.is_file():
+            notes.append(f"executor: sim (no GPU here: {profile} is simulated; executor=real runs the runtime on "
+                         "this CPU)")
+            kind = "sim"
+        else:
+            notes.append(f"executor: real (no GPU here, and no GPU profile at {profile} to simulate)")
+            kind = "real"
+    if kind == "real":
+        if app.tuner.fidelity == "sim+real":
+            if worker is not None:
+                worker.close()
+            raise TunerConfigError("tuner.fidelity: sim+real searches in simulation: set executor=sim "
+                                   "(and executor.profile=PATH)")
+        worker = worker or _worker(app, interrupts)
+        return Executors(worker, worker, app, None, tuple(notes), interrupts)
+    return _simulated(app, worker, notes, interrupts)
+
+
+def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str],
+               interrupts: Interrupts | None) -> Executors:
+    path = app.executor.profile_path
+    if not path.is_file():
+        if worker is not None:
+            worker.close()
+        raise TunerConfigError(
+            f"executor.profile: no GPU profile at {path}. Make one on the GPU to simulate: "
+            f"python -m runtime.profile model=llama-3-8b out={path}")
+    try:
+        sim = SimExecutor(path)
+    except Exception as e:  # runtime.ConfigError: the file names its bad key
+        if worker is not None:
+            worker.close()
+        raise TunerConfigError(f"executor.profile: {e}") from None
+    if app.runtime.model.name != sim.profile.model:
+        notes.append(f"simulating {sim.profile.model} (the profile's model) in place of runtime.model.name "
+                     f"{app.runtime.model.name}")
+        runtime = dataclasses.replace(app.runtime, model=dataclasses.replace(app.runtime.model,
+                                                                             name=sim.profile.model))
+        app = dataclasses.replace(app, runtime=runtime)
+    notes.append(f"figures are {sim.label}; held-back fit error {sim.profile.fit_error.line()}")
+    if app.tuner.fidelity == "sim+real":
+        worker = worker or _worker(app, interrupts)
+        notes.append("tuner.fidelity=sim+real: the finalists and the baseline are measured on the real runtime")
+        return Executors(sim, worker, app, sim, tuple(notes), interrupts)
+    if worker is not None:
+        worker.close()
+    return Executors(sim, sim, app, sim, tuple(notes), interrupts)
+
+
+def _worker(app: AppConfig, interrupts: Interrupts | None) -> WorkerSupervisor:
+    worker = WorkerSupervisor(app.tuner.worker_threads, app.tuner.worker_memory_gb, interrupts)
+    if interrupts is not None:
+        interrupts.on_force = worker.kill  # a second signal: the worker goes at once
+    return worker

@@ -1,0 +1,75 @@
+"""`executor=sim`: trials on the simulator, in-process (no worker, no weights, no torch).
+
+Each trial builds the runtime's own engine on a model-free backend (`runtime.sim_engine`): the real
+scheduler and KV manager, a virtual clock that advances by the GPU profile's predicted step time, a KV
+pool sized from the profiled GPU's memory. The replay and the measurement are the real executor's own
+(`tuner.trials.replay`, `tuner.trials.measure`), so a simulated trial is measured exactly as a real one.
+A replay on the virtual clock is deterministic, so each probe is one replay (a repeat could only agree).
+What a simulation cannot do: the quality guardrail (numerics need a model) is skipped, and a trial runs
+to its end (there is no process to time out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from runtime import ConfigError, EngineConfig, StepTimeModel, VirtualClock, load_profile, sim_engine, sim_memory
+from tuner.traffic import TrafficRequest
+from tuner.trials.job import Hardware, TrialJob, TrialOutcome, TrialStatus
+from tuner.trials.measure import WindowReplayer, measure
+from tuner.trials.replayer import engine_replay, measured_outcome
+from tuner.trials.supervisor import OnCheckpoint, OnProgress
+
+GIB = 1 << 30
+
+
+class SimExecutor:
+    """The `Executor` protocol over a GPU profile."""
+
+    def __init__(self, profile_path: Path, step_model: StepTimeModel | None = None) -> None:
+        self.path = Path(profile_path)
+        self.profile = load_profile(self.path)
+        self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        self.step_model = step_model or self.profile.step_model
+
+    @property
+    def label(self) -> str:
+        """What every simulated figure says it is: `simulated (profile: PATH, MODEL on GPU (versions))`."""
+        return f"simulated (profile: {self.path}, {self.profile.label})"
+
+    def with_step_model(self, step_model: StepTimeModel) -> SimExecutor:
+        """The same profile with other step-time coefficients (a refit)."""
+        return SimExecutor(self.path, step_model)
+
+    def describe(self, config: EngineConfig) -> Hardware:
+        d = self.profile.device
+        versions = ", ".join(f"{k} {v}" for k, v in (("torch", d.torch), ("triton", d.triton), ("CUDA", d.cuda),
+                                                      ("driver", d.driver)) if v)
+        return Hardware(d.type, d.name, d.memory_bytes / GIB, f"1 x {d.name} (simulated: {self.path.name})",
+                        f"profiled with {versions}")
+
+    def run(self, job: TrialJob, requests: Sequence[TrafficRequest], on_progress: OnProgress,
+            on_checkpoint: OnCheckpoint, timeout_s: float) -> TrialOutcome:
+        start = time.perf_counter()
+        job = dataclasses.replace(job, plan=dataclasses.replace(job.plan, repeats=1, warmup_requests=0))
+        try:
+            planned = sim_memory(job.config, self.profile)[2].budget_bytes / GIB
+            clock = VirtualClock()
+            engine = sim_engine(job.config, self.profile, clock, self.step_model)
+            setup_s = time.perf_counter() - start
+            replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan.slo, on_progress,
+                                      lambda: planned)
+            span = requests[-1].arrival_s - requests[0].arrival_s
+            measurement, stopped_at = measure(replayer, job.plan, span, on_checkpoint)
+            return measured_outcome(measurement, stopped_at, None, setup_s, True)
+        except ConfigError as e:  # too little memory on the profiled GPU, a profile of another model
+            return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
+        except Exception as e:  # as the worker: a trial never takes the study down
+            return TrialOutcome(TrialStatus.error, reason=f"{type(e).__name__}: {str(e)[:300]}")
+
+    def close(self) -> None:
+        pass
