@@ -54,13 +54,24 @@ def copy_ceiling_tbs() -> float:
 
 
 def header(title: str) -> str:
+    import platform
+
     import triton
 
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU {platform.machine()}"
     return (
-        f"## {title}\n\n{datetime.date.today().isoformat()}, {torch.cuda.get_device_name()}, "
+        f"## {title}\n\n{datetime.date.today().isoformat()}, {device}, "
         f"torch {torch.__version__}, triton {triton.__version__}.\n"
         f"Command: `python {' '.join(sys.argv)}`\n"
     )
+
+
+def emit(table: str, args: argparse.Namespace, title: str) -> None:
+    """Print a result table and, with --record, append it to --results under its header (date, device,
+    versions, command)."""
+    print(table)
+    if args.record:
+        record(header(title) + "\n" + table + "\n", args.results)
 
 
 def time_phase(obj: Any, name: str, spent: dict[str, float], phase: str) -> None:

@@ -44,7 +44,7 @@ def warm_up_prompts(prompts: list[list[int]]) -> list[list[int]]:
     return [p[:64] for p in prompts[:8]]
 
 
-def _sync() -> None:
+def sync() -> None:
     if torch.cuda.is_available():  # a CPU smoke run (--model tiny) has nothing to wait for
         torch.cuda.synchronize()
 
@@ -55,10 +55,10 @@ def run_pagetune(model: str, prompts, outs, **knobs: Any) -> dict[str, float]:
                  use_tqdm=False)
     llm.engine.reset()
     params = [SamplingParams(max_tokens=o, temperature=0.0, ignore_eos=True) for o in outs]
-    _sync()
+    sync()
     start = time.perf_counter()
     results = llm.generate(prompts, params, use_tqdm=False)
-    _sync()
+    sync()
     seconds = time.perf_counter() - start
     tokens = sum(len(r.outputs[0].token_ids) for r in results)
     waste = llm.engine.totals.kv_waste_mean

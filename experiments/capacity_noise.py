@@ -14,7 +14,7 @@ import random
 import statistics
 import time
 
-from bench_decode import add_record_args, record
+from bench_decode import add_record_args, emit
 
 from runtime import EngineConfig
 from tuner.config import ObjectiveName, SloConfig
@@ -56,9 +56,7 @@ def main() -> None:
         "|---|---|---|---|---|",
         f"| {len(capacities)} | {' '.join(f'{c:.1f}' for c in capacities)} | {statistics.median(later):.1f} | "
         f"{cv:.1%} | {time.time() - start:.0f} |"])
-    print(table)
-    if args.record:
-        record(table + "\n", args.results)
+    emit(table, args, "One config's capacity measured repeatedly")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from bench_decode import add_record_args, header, record, time_phase
-from bench_e2e import workload
+from bench_e2e import sync, warm_up_prompts, workload
 
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
@@ -84,21 +84,16 @@ class StepClock:
         return rows
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def profile(model: str, prompts, outs, **knobs: Any) -> tuple[float, int, list[dict[str, Any]]]:
     llm = LLM(model=model, **knobs)
-    llm.generate([p[:64] for p in prompts[:8]], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
+    llm.generate(warm_up_prompts(prompts), SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
                  use_tqdm=False)
     clock = StepClock(llm)
     params = [SamplingParams(max_tokens=o, temperature=0.0, ignore_eos=True) for o in outs]
-    _sync()
+    sync()
     start = time.perf_counter()
     results = llm.generate(prompts, params, use_tqdm=False)
-    _sync()
+    sync()
     seconds = time.perf_counter() - start
     tokens = sum(len(r.outputs[0].token_ids) for r in results)
     rows = clock.table()

@@ -15,7 +15,7 @@ import argparse
 import time
 
 import torch
-from bench_decode import add_record_args, record
+from bench_decode import add_record_args, emit
 
 from runtime import EngineConfig, WeightCache, load_tokenizer
 from tuner.config import QualityConfig
@@ -106,10 +106,8 @@ def main() -> None:
         out.append(table(["paths (32 prompts x 64 tokens)", "greedy agreement", "first-token KL", "mean KL",
                           "task score"], paths(args, tokenizer)))
     out.append(f"wall {time.perf_counter() - start:.1f} s")
-    text = "\n\n".join(out)
-    print(text)
-    if args.record:
-        record(f"### Quality guardrail calibration ({args.dtype}, {args.device})\n\n{text}\n", args.results)
+    emit("\n\n".join(out), args,
+         f"Quality guardrail calibration on SmolLM2-135M-Instruct ({args.dtype}, {args.device})")
 
 
 if __name__ == "__main__":

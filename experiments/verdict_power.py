@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.tuner.fakes: in the repository, not the package
 
 import optuna
-from bench_decode import add_record_args, record
+from bench_decode import add_record_args, emit
 
 from tests.tuner.fakes import FakeExecutor, run_fake_study
 
@@ -58,9 +58,7 @@ def main() -> None:
                          f"{replays:.0f} |")
             print(lines[-1], f"({time.time() - start:.0f} s)", flush=True)
     table = "\n".join(lines)
-    print(table)
-    if args.record:
-        record(table + "\n", args.results)
+    emit(table, args, "The verdict on a known truth: false positives and power")
 
 
 if __name__ == "__main__":

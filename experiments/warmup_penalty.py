@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from bench_decode import add_record_args, record
+from bench_decode import add_record_args, emit
 
 from runtime import EngineConfig
 from tuner.config import ObjectiveName, SloConfig
@@ -62,9 +62,7 @@ def main() -> None:
         shown = " ".join(f"{t:.3f}" for t in times)
         lines.append(f"| {warmup or 'none'} | {shown} | {penalty(times):+.1%} |")
     table = "\n".join(lines)
-    print(table)
-    if args.record:
-        record(table + "\n", args.results)
+    emit(table, args, "The first-replay penalty, with and without the warm-up")
 
 
 if __name__ == "__main__":

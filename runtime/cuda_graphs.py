@@ -16,7 +16,7 @@ from runtime.attention import AttentionMetadata, DecodeBatch, KVCache, TierBatch
 from runtime.config import KernelConfig
 from runtime.inputs import slot_of
 from runtime.kv.manager import KVCacheManager
-from runtime.limits import graph_buckets
+from runtime.limits import graph_bucket, graph_buckets
 from runtime.model.llama import LlamaForCausalLM
 from runtime.scheduler import ScheduledSeq
 
@@ -74,13 +74,13 @@ class DecodeGraphs:
         torch.cuda.synchronize()
 
     def can_run(self, scheduled: tuple[ScheduledSeq, ...]) -> bool:
-        return 0 < len(scheduled) <= self.sizes[-1] and all(s.num_new_tokens == 1 and s.sample for s in scheduled)
+        return graph_bucket(self.sizes, scheduled) is not None
 
     @torch.inference_mode()
     def run(self, scheduled: tuple[ScheduledSeq, ...]) -> torch.Tensor:
         """Hidden states [len(scheduled), H] of this decode step, from the replayed graph."""
         n = len(scheduled)
-        b = next(s for s in self.sizes if s >= n)
+        b = graph_bucket(self.sizes, scheduled)
         self._stage(scheduled, b)
         self.ids[:b].copy_(self.staged[0, :b], non_blocking=True)
         self.positions[:b].copy_(self.staged[1, :b], non_blocking=True)

@@ -7,10 +7,14 @@ budget, the block-size tiers that budget is served from.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from runtime.config import DEFAULT_CHUNKED_BUDGET, BlockTier, ConfigError, EngineConfig, KernelConfig
 from runtime.model.info import ModelInfo
+
+if TYPE_CHECKING:
+    from runtime.scheduler import ScheduledSeq
 
 __all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "decode_graphs_on", "engine_limits", "graph_buckets"]
 
@@ -60,6 +64,16 @@ def decode_graphs_on(kernel: KernelConfig, num_tiers: int, cuda_triton: bool) ->
     if kernel.cuda_graphs is None:
         return cuda_triton and num_tiers == 1
     return kernel.cuda_graphs
+
+
+def graph_bucket(sizes: list[int], scheduled: Sequence[ScheduledSeq]) -> int | None:
+    """The captured batch size a decode step replays, padded up (None: the step runs eagerly): every
+    sequence decodes one token and samples, and the step fits the largest capture."""
+    if not sizes or not 0 < len(scheduled) <= sizes[-1]:
+        return None
+    if not all(s.num_new_tokens == 1 and s.sample for s in scheduled):
+        return None
+    return next(b for b in sizes if b >= len(scheduled))
 
 
 def graph_buckets(max_batch: int) -> list[int]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from runtime.config import BlockTier, ConfigError
+from runtime.kv.manager import TierSpec
 
 GIB = 1 << 30
 CPU_DEFAULT_MEMORY_GB = 1.0  # device memory assumed on CPU when cache.device_memory_gb is null
@@ -28,6 +29,11 @@ class MemoryPlan(NamedTuple):
     kv_bytes: int  # what is left for the KV pools
     num_blocks: tuple[int, ...]  # per tier
     num_cpu_blocks: tuple[int, ...]  # per tier (swap space)
+
+    def tier_specs(self, tiers: Sequence[BlockTier]) -> tuple[TierSpec, ...]:
+        """The KV manager's tiers: each block tier with the blocks this plan gives it."""
+        return tuple(TierSpec(t.max_len, t.block_size, n, c)
+                     for t, n, c in zip(tiers, self.num_blocks, self.num_cpu_blocks))
 
 
 def kv_bytes_per_block(layout: tuple[int, int, int], block_size: int, dtype_bytes: int) -> int:

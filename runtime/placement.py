@@ -98,6 +98,4 @@ def plan_placement(config: EngineConfig, model: LlamaForCausalLM | None = None) 
         weight_bytes=weights, activation_bytes=_activation_bytes(config, model, budget, max_model_len, device, dtype),
         tiers=tiers, layout=model.layout, kv_dtype_bytes=kv_dtype.itemsize, swap_space_gb=config.cache.swap_space,
         num_blocks_override=config.cache.num_gpu_blocks_override)
-    specs = tuple(TierSpec(t.max_len, t.block_size, n, c)
-                  for t, n, c in zip(tiers, memory.num_blocks, memory.num_cpu_blocks))
-    return Placement(device, dtype, kv_dtype, model, max_model_len, budget, memory, specs)
+    return Placement(device, dtype, kv_dtype, model, max_model_len, budget, memory, memory.tier_specs(tiers))

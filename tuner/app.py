@@ -45,9 +45,8 @@ from tuner.search.objective import Rates, TrialRunner
 from tuner.search.space import SearchSpace
 from tuner.search.study import open_study, run_search, trials_counted
 from tuner.store.heartbeat import JournalHeartbeat
-from tuner.store.locking import store_lock
 from tuner.store.retry import storage_failure
-from tuner.tracking import RunState, Tracker, TrackingError
+from tuner.tracking import RunState, TrackingError, open_tracker
 from tuner.traffic import (
     ReplayWindow,
     TrafficError,
@@ -239,9 +238,7 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
            out_dir: Path) -> int:
     """Tracking checked, the study opened (refused if it measures something else), then the parent run."""
     try:
-        with store_lock(app.tracking.uri, "mlflow-tables"):  # workers starting together on a fresh store
-            tracker = Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
-                              fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=app.storage.retry_s).check()
+        tracker = open_tracker(app, out_dir)
     except TrackingError as e:
         raise Refused(str(e)) from None
     identity = study_identity(app, traffic.sha256, executors.sim.sha256 if executors.sim else None)

@@ -60,7 +60,7 @@ class Interrupts:
         print(f"{signal.Signals(signum).name} again: exiting now; the running trial stays RUNNING until its "
               "heartbeat goes stale (a rerun then retries it)", file=sys.stderr, flush=True)
         self.on_force()
-        os._exit(128 + self.signum)
+        os._exit(Interrupted(self.signum).exit_code)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[Interrupts]:

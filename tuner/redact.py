@@ -55,3 +55,9 @@ def mask_url(url: str) -> str:
     'postgresql+psycopg://tuner:***@db:5432/optuna?sslmode=require&password=***'
     """
     return mask_text(url)
+
+
+def describe_error(err: BaseException) -> str:
+    """`Type: first line of the message`, credentials masked: an error in one line."""
+    first_line = (str(err).strip().splitlines() or [""])[0]
+    return mask_text(f"{type(err).__name__}: {first_line}")

@@ -31,9 +31,7 @@ def _config(source: ModelSource):
     if source.kind is SourceKind.PRESET:
         return preset_config(source.name)
     if source.kind is SourceKind.GGUF:
-        from runtime.model.gguf import GGUFFile  # the gguf package is needed for GGUF files only
-
-        return GGUFFile(source.path).config
+        return _gguf(source.path).config
     return AutoConfig.from_pretrained(source.path, local_files_only=True)
 
 

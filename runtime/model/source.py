@@ -42,7 +42,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 def has_tokenizer(name: str) -> bool:
     """Whether model `name` brings a tokenizer (a GGUF file, or a folder with tokenizer files); no torch."""
-    source = resolve_source(name)
+    return brings_tokenizer(resolve_source(name))
+
+
+def brings_tokenizer(source: ModelSource) -> bool:
     if source.kind is SourceKind.GGUF:
         return True
     return source.kind is SourceKind.HF_FOLDER and any((source.path / f).is_file() for f in TOKENIZER_FILES)

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from runtime.model.tokenizer import NoTokenizerError, Tokenizer, encode_chat, encode_prompt, load_tokenizer
+from runtime.model.tokenizer import Tokenizer, encode_chat, encode_prompt, load_tokenizer, require_tokenizer
 
 
 def answer(tokenizer: Tokenizer, request: dict[str, Any]) -> dict[str, Any]:
@@ -28,9 +28,7 @@ def answer(tokenizer: Tokenizer, request: dict[str, Any]) -> dict[str, Any]:
 
 def serve(model: str, lines: TextIO, out: TextIO) -> int:
     try:
-        tokenizer = load_tokenizer(model)
-        if tokenizer is None:
-            raise NoTokenizerError(f"model {model!r} has no tokenizer")
+        tokenizer = require_tokenizer(load_tokenizer(model), model)
     except Exception as e:
         out.write(json.dumps({"error": f"{type(e).__name__}: {e}"}) + "\n")
         return 1

@@ -12,7 +12,7 @@ from typing import TypeAlias
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from runtime.model.source import TOKENIZER_FILES, SourceKind, has_tokenizer, resolve_source
+from runtime.model.source import TOKENIZER_FILES, SourceKind, brings_tokenizer, resolve_source
 
 Tokenizer: TypeAlias = PreTrainedTokenizerBase
 Message: TypeAlias = Mapping[str, str]  # {"role": ..., "content": ...}
@@ -24,9 +24,9 @@ class NoTokenizerError(ValueError):
 
 def load_tokenizer(name: str) -> Tokenizer | None:
     """The tokenizer of the model `name` (a preset, .gguf file or folder, as `model.name` takes), or None."""
-    if not has_tokenizer(name):
-        return None
     source = resolve_source(name)
+    if not brings_tokenizer(source):
+        return None
     if source.kind is SourceKind.GGUF:
         return AutoTokenizer.from_pretrained(source.path.parent, gguf_file=source.path.name, local_files_only=True)
     return AutoTokenizer.from_pretrained(source.path, local_files_only=True)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from runtime.backend import Backend
 from runtime.config import ConfigError, EngineConfig
 from runtime.engine import LLMEngine
-from runtime.kv.manager import KVCacheManager, TierSpec
-from runtime.limits import decode_graphs_on, engine_limits
+from runtime.kv.manager import KVCacheManager
+from runtime.limits import EngineLimits, decode_graphs_on, engine_limits
 from runtime.memory import GIB, MemoryPlan, plan_memory
 from runtime.scheduler import SchedulerOutput
 from runtime.sim.profile_file import GpuProfile
@@ -81,6 +81,11 @@ class StreamSampler:
 
 def sim_memory(config: EngineConfig, profile: GpuProfile) -> tuple[int, int, MemoryPlan]:
     """(max_model_len, token budget, memory plan) of `config` on the profiled GPU, as the real engine plans them."""
+    limits, plan = _plan(config, profile)
+    return limits.max_model_len, limits.max_num_batched_tokens, plan
+
+
+def _plan(config: EngineConfig, profile: GpuProfile) -> tuple[EngineLimits, MemoryPlan]:
     if config.model.name != profile.model:
         raise ConfigError(f"model.name: the GPU profile is of {profile.model!r}, not {config.model.name!r}")
     limits = engine_limits(config, profile.info)
@@ -93,15 +98,14 @@ def sim_memory(config: EngineConfig, profile: GpuProfile) -> tuple[int, int, Mem
         activation_bytes=profile.activation.bytes_for(limits.max_num_batched_tokens, config.scheduler.max_num_seqs),
         tiers=limits.tiers, layout=profile.info.kv_layout, kv_dtype_bytes=DTYPE_BYTES[kv_dtype],
         swap_space_gb=config.cache.swap_space, num_blocks_override=config.cache.num_gpu_blocks_override)
-    return limits.max_model_len, limits.max_num_batched_tokens, plan
+    return limits, plan
 
 
 def sim_backend(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
                 step_model: StepTimeModel | None = None) -> Backend:
     """A model-free backend for `config` on the profiled GPU (`step_model`: the profile's unless given)."""
-    max_model_len, budget, plan = sim_memory(config, profile)
-    tiers = tuple(TierSpec(t.max_len, t.block_size, n, c) for t, n, c in
-                  zip(engine_limits(config, profile.info).tiers, plan.num_blocks, plan.num_cpu_blocks))
+    limits, plan = _plan(config, profile)
+    tiers = plan.tier_specs(limits.tiers)
     eos: frozenset[int] = frozenset()  # a model-free stream never stops a request early: max_tokens does
     model = step_model or profile.step_model
     # graphs as the engine would capture them on the profiled device (Triton attention there, unless asked for torch)
@@ -111,8 +115,9 @@ def sim_backend(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
     def make_runner(kv: KVCacheManager) -> SimRunner:
         return SimRunner(model, StepShaper(config, kv.tiers, graphs), clock)
 
-    return Backend(max_model_len, budget, tiers, profile.info.vocab_size, eos, make_runner,
-                   StreamSampler(profile.info.vocab_size, eos), None)
+    vocab = profile.info.vocab_size
+    return Backend(limits.max_model_len, limits.max_num_batched_tokens, tiers, vocab, eos, make_runner,
+                   StreamSampler(vocab, eos), None)
 
 
 def sim_engine(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,

@@ -11,7 +11,7 @@ from itertools import groupby
 
 from runtime.config import EngineConfig
 from runtime.kv.manager import TierSpec
-from runtime.limits import graph_buckets
+from runtime.limits import graph_bucket, graph_buckets
 from runtime.scheduler import ScheduledSeq
 from runtime.sim.stepmodel import StepShape, Variant
 
@@ -46,12 +46,8 @@ class StepShaper:
         return parts
 
     def _graph_bucket(self, scheduled: tuple[ScheduledSeq, ...]) -> int | None:
-        """The bucket a graph replay pads this step to, or None when it runs eagerly."""
-        if not self.buckets or len(scheduled) > self.buckets[-1]:
-            return None
-        if not all(s.num_new_tokens == 1 and s.sample for s in scheduled):
-            return None
-        return next(b for b in self.buckets if b >= len(scheduled))
+        """The bucket a graph replay pads this step to, or None when it runs eagerly (the runner's rule)."""
+        return graph_bucket(self.buckets, scheduled)
 
 
 def _shape(items: list[ScheduledSeq]) -> StepShape:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -85,6 +85,8 @@ class FitError(NamedTuple):
 @dataclass(frozen=True)
 class StepTimeModel:
     coefficients: Mapping[str, tuple[float, ...]]  # Variant.key -> one coefficient per FEATURES entry
+    # Variant -> the coefficients it resolves to: a cache filled on first use (every simulated step asks)
+    _resolved: dict[Variant, tuple[float, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.coefficients:
@@ -106,6 +108,13 @@ class StepTimeModel:
 
         return min(known, key=distance)
 
+    def _coefficients(self, variant: Variant) -> tuple[float, ...]:
+        """The coefficients `variant` uses, resolved once per variant (every simulated step asks)."""
+        cached = self._resolved.get(variant)
+        if cached is None:
+            cached = self._resolved[variant] = self.coefficients[self.resolve(variant).key]
+        return cached
+
     def predict(self, variant: Variant, shape: StepShape) -> float:
         """Seconds for a one-tier step."""
         return self.predict_tiers([(variant, shape)])
@@ -115,10 +124,10 @@ class StepTimeModel:
         attention terms per tier."""
         if not parts:
             return 0.0
-        first = self.coefficients[self.resolve(parts[0][0]).key]
+        first = self._coefficients(parts[0][0])
         total = first[0]
-        for variant, shape in parts:
-            own = self.coefficients[self.resolve(variant).key]
+        for i, (variant, shape) in enumerate(parts):
+            own = first if i == 0 else self._coefficients(variant)
             x = shape.features(0.0)
             total += first[1] * x[1] + own[2] * x[2] + first[3] * x[3] + own[4] * x[4]
         return max(total, 0.0)

@@ -18,8 +18,7 @@ from tuner.config import AppConfig, ObjectiveName, traffic_stem
 from tuner.console import Console
 from tuner.redact import mask_url
 from tuner.search.objective import STATUS_TAG, Rates, plan_for, trial_metrics
-from tuner.store.locking import store_lock
-from tuner.tracking import FallbackTracker, RunState, Tracker
+from tuner.tracking import FallbackTracker, RunState, Tracker, open_tracker
 from tuner.traffic import ReplayWindow, TrafficLoad
 from tuner.trials.http_executor import HttpExecutor
 from tuner.trials.job import Hardware, TrialJob, TrialOutcome, TrialStatus
@@ -37,7 +36,7 @@ def measure_endpoint(app: AppConfig, traffic: TrafficLoad, window: ReplayWindow,
                      executor: HttpExecutor, hardware: Hardware, console: Console, out_dir: Path) -> int:
     """Measure the endpoint; 0 when it was measured, 1 when the measurement failed (the reason is printed).
     Tracking is checked first: TrackingError before any request is sent."""
-    tracker = _tracker(app, out_dir)
+    tracker = open_tracker(app, out_dir)
     console.line(f"endpoint: {hardware.summary}: its own config, measured once on {len(window.requests)} requests "
                  "(nothing searched, no best.yaml)")
     job = TrialJob(0, app.runtime, None, window.key, plan_for(app, None, repeats=app.tuner.repeats, checkpoint=False))
@@ -86,12 +85,6 @@ def endpoint_report(app: AppConfig, traffic: TrafficLoad, window: ReplayWindow, 
         "`/metrics`).", "", "## Figures", "", "| metric | value |", "|---|---|"]
     lines += [f"| {label} | {metrics[key]:.4g} |" for key, label in FIGURES if key in metrics]
     return "\n".join(lines) + "\n"
-
-
-def _tracker(app: AppConfig, out_dir: Path) -> Tracker | FallbackTracker:
-    with store_lock(app.tracking.uri, "mlflow-tables"):
-        return Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
-                       fallback_path=out_dir / "tracking-fallback.jsonl").check()
 
 
 def _track(tracker: Tracker | FallbackTracker, app: AppConfig, traffic: TrafficLoad, hardware: Hardware,

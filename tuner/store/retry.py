@@ -28,7 +28,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import sqlalchemy.exc
@@ -36,7 +36,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 
-from tuner.redact import mask_text, mask_url
+from tuner.redact import describe_error, mask_url
 
 __all__ = ["Outages", "RetryingStorage", "StorageUnavailable", "describe_cause", "operational_cause"]
 
@@ -65,22 +65,23 @@ def _operational_types() -> tuple[type[BaseException], ...]:
 _OPERATIONAL = _operational_types()
 
 
-def operational_cause(err: BaseException) -> BaseException | None:
-    """The deepest operational fault in `err`'s chain (the root cause), or None when it is not one."""
-    found, seen = None, set()
+def _chain(err: BaseException | None) -> Iterator[BaseException]:
+    """`err`, then its causes and contexts, each once."""
+    seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, _OPERATIONAL):
-            found = err
+        yield err
         err = err.__cause__ or err.__context__
-    return found
+
+
+def operational_cause(err: BaseException) -> BaseException | None:
+    """The deepest operational fault in `err`'s chain (the root cause), or None when it is not one."""
+    return next((e for e in reversed(list(_chain(err))) if isinstance(e, _OPERATIONAL)), None)
 
 
 def describe_cause(err: BaseException) -> str:
     """One line: the driver's own error when SQLAlchemy wraps one, masked."""
-    inner = getattr(err, "orig", None) or err
-    first = (str(inner).strip().splitlines() or [""])[0]
-    return mask_text(f"{type(inner).__name__}: {first}")
+    return describe_error(getattr(err, "orig", None) or err)
 
 
 class Outages:
@@ -214,12 +215,8 @@ if RetryingStorage.__abstractmethods__:  # pragma: no cover - Optuna grew an abs
 def storage_failure(err: BaseException, url: str) -> str | None:
     """The one line that says the storage at `url` failed, when it is what stopped the job (anywhere in `err`'s
     chain: Optuna's own handling may raise another error on top of it); None for any other error."""
-    seen = set()
-    node: BaseException | None = err
-    while node is not None and id(node) not in seen:
-        seen.add(id(node))
-        if isinstance(node, StorageUnavailable):
-            return str(node)
-        node = node.__cause__ or node.__context__
+    unavailable = next((e for e in _chain(err) if isinstance(e, StorageUnavailable)), None)
+    if unavailable is not None:
+        return str(unavailable)
     cause = operational_cause(err)
     return None if cause is None else f"storage {mask_url(url)} unreachable: {describe_cause(cause)}"

@@ -18,7 +18,7 @@ from tuner.tracking.payloads import (
     RunState,
     TrackingError,
 )
-from tuner.tracking.tracker import Tracker
+from tuner.tracking.tracker import Tracker, open_tracker
 
 __all__ = [
     "CONFIG_ARTIFACT",
@@ -33,4 +33,5 @@ __all__ = [
     "RunState",
     "Tracker",
     "TrackingError",
+    "open_tracker",
 ]

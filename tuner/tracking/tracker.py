@@ -26,7 +26,9 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from sqlalchemy.exc import SQLAlchemyError
 
-from tuner.redact import mask_text, mask_url
+from tuner.config import AppConfig
+from tuner.redact import describe_error, mask_text, mask_url
+from tuner.store.locking import store_lock
 from tuner.store.retry import Outages, StorageUnavailable
 from tuner.tracking import runs
 from tuner.tracking.fallback import FallbackTracker, is_offline
@@ -121,7 +123,7 @@ class Tracker(TrialLogging):
                 self._experiment()
                 return self
             except _STORE_ERRORS as err:
-                detail = _describe(err)
+                detail = describe_error(err)
         message = f"MLflow tracking store {self.masked_uri} is unreachable ({detail})"
         if self.on_unreachable is OnUnreachable.FAIL:
             raise TrackingError(f"{message}; start it, fix tracking.uri, or set "
@@ -164,7 +166,7 @@ class Tracker(TrialLogging):
         try:
             return self._retry.call(action)
         except (*_STORE_ERRORS, StorageUnavailable) as err:
-            message = f"writing to MLflow tracking store {self.masked_uri} failed ({_describe(err)})"
+            message = f"writing to MLflow tracking store {self.masked_uri} failed ({describe_error(err)})"
             if self.on_unreachable is OnUnreachable.FAIL:
                 raise TrackingError(message) from None  # the chained error could show the raw URI
             self._outage.begin(message)
@@ -314,6 +316,9 @@ class Tracker(TrialLogging):
         return sorted(closed)
 
 
-def _describe(err: BaseException) -> str:
-    first_line = (str(err).strip().splitlines() or [""])[0]
-    return mask_text(f"{type(err).__name__}: {first_line}")
+def open_tracker(app: AppConfig, out_dir: Path) -> Tracker | FallbackTracker:
+    """The study's tracker, its store checked (under a lock: workers starting together on a fresh store);
+    the fallback file in `out_dir`. Raises TrackingError when the store is unreachable and must be."""
+    with store_lock(app.tracking.uri, "mlflow-tables"):
+        return Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
+                       fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=app.storage.retry_s).check()

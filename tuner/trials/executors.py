@@ -62,31 +62,30 @@ def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> Exec
         else:
             notes.append(f"executor: real (no GPU here, and no GPU profile at {profile} to simulate)")
             kind = "real"
-    if kind == "real":
+    try:
+        if kind == "sim":
+            return _simulated(app, worker, notes, interrupts)
         if app.tuner.fidelity == "sim+real":
-            if worker is not None:
-                worker.close()
             raise TunerConfigError("tuner.fidelity: sim+real searches in simulation: set executor=sim "
                                    "(and executor.profile=PATH)")
-        worker = worker or _worker(app, interrupts)
-        return Executors(worker, worker, app, None, tuple(notes), interrupts)
-    return _simulated(app, worker, notes, interrupts)
+    except BaseException:
+        if worker is not None:  # the worker `auto` started to look at the device
+            worker.close()
+        raise
+    worker = worker or _worker(app, interrupts)
+    return Executors(worker, worker, app, None, tuple(notes), interrupts)
 
 
 def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str],
                interrupts: Interrupts | None) -> Executors:
     path = app.executor.profile_path
     if not path.is_file():
-        if worker is not None:
-            worker.close()
         raise TunerConfigError(
             f"executor.profile: no GPU profile at {path}. Make one on the GPU to simulate: "
             f"python -m runtime.profile model=llama-3-8b out={path}")
     try:
         sim = SimExecutor(path)
     except Exception as e:  # runtime.ConfigError: the file names its bad key
-        if worker is not None:
-            worker.close()
         raise TunerConfigError(f"executor.profile: {e}") from None
     if app.runtime.model.name != sim.profile.model:
         notes.append(f"simulating {sim.profile.model} (the profile's model) in place of runtime.model.name "

@@ -21,6 +21,7 @@ from tuner.traffic import TrafficRequest
 from tuner.trials.http_replay import http_replay, served_model
 from tuner.trials.job import Hardware, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import WindowReplayer, measure
+from tuner.trials.replayer import measured_outcome
 from tuner.trials.supervisor import OnCheckpoint, OnProgress, WorkerStartError
 
 __all__ = ["HttpExecutor"]
@@ -65,16 +66,12 @@ class HttpExecutor:
         try:
             replayer = WindowReplayer(replay_fn, requests, job.plan.slo, on_progress, lambda: math.nan)
             replayer.warm_up(job.plan.warmup_requests)
-            span = requests[-1].arrival_s - requests[0].arrival_s
-            measurement, stopped_at = measure(replayer, job.plan, span, on_checkpoint)
+            measurement, stopped_at = measure(replayer, job.plan, replayer.span_s, on_checkpoint)
         except _Deadline:
             return TrialOutcome(TrialStatus.timeout, reason=f"timed out after {timeout_s:g} s (tuner.trial_timeout_s)")
         except (httpx2.HTTPError, WorkerStartError) as e:
             return TrialOutcome(TrialStatus.error, reason=f"{type(e).__name__}: {e}")
-        if stopped_at is not None:
-            return TrialOutcome(TrialStatus.pruned, measurement, "fails the SLO at the incumbent's capacity",
-                                checkpoint=stopped_at)
-        return TrialOutcome(TrialStatus.ok, measurement)
+        return measured_outcome(measurement, stopped_at, None, 0.0, False)
 
     def close(self) -> None:
         """Nothing is held between replays (each opens its own connections)."""

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,7 +32,7 @@ import httpx2
 
 from tuner.config import SloConfig
 from tuner.traffic import TrafficRequest
-from tuner.trials.metrics import latency_row, meets_slo
+from tuner.trials.replay import ReplayClock, is_miss, replay_result
 from tuner.trials.timeline import ReplayResult, RequestRecord
 
 __all__ = ["http_replay", "served_model"]
@@ -65,18 +63,13 @@ class _Replay:
         self.stop = asyncio.Event()  # the verdict is certain: send nothing more, close what is open
         self.idle = asyncio.Event()  # no request open: the server has nothing of ours to do
         self.open = 0
-        self.t0 = time.perf_counter()
-        self.skipped_s = 0.0
-
-    def clock(self) -> float:
-        """Seconds since the replay started, plus every idle gap skipped (as `trials.replay.ReplayClock`)."""
-        return time.perf_counter() - self.t0 + self.skipped_s
+        self.clock = ReplayClock()  # idle gaps skipped, as the in-process replay does
 
     async def run(self, requests: Sequence[TrafficRequest]) -> ReplayResult:
         limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
         timeout = httpx2.Timeout(None, connect=CONNECT_TIMEOUT_S)
         async with httpx2.AsyncClient(limits=limits, timeout=timeout) as client:
-            self.t0 = time.perf_counter()
+            self.clock.restart()
             tasks = await self._dispatch(client, sorted(requests, key=lambda r: r.arrival_s))
             stopped = asyncio.ensure_future(self.stop.wait())
             still_open = set(tasks)
@@ -104,7 +97,7 @@ class _Replay:
         """Wait for `arrival_s` on the replay clock; once no request is open, jump to it instead."""
         while not self.stop.is_set() and (delay := arrival_s - self.clock()) > 0:
             if self.open == 0:
-                self.skipped_s += delay
+                self.clock.jump_to(arrival_s)
                 return
             waits = [asyncio.ensure_future(self.stop.wait()), asyncio.ensure_future(self.idle.wait())]
             await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
@@ -119,19 +112,14 @@ class _Replay:
             if self.open == 0:
                 self.idle.set()
         self.records.append(record)
-        if self.slo is not None and not meets_slo(latency_row(record), self.slo):
-            self.misses += 1
-            if self.stop_after is not None and self.misses >= self.stop_after:
-                self.stop.set()
+        self.misses += is_miss(record, self.slo)
+        if self.stop_after is not None and self.misses >= self.stop_after:
+            self.stop.set()
         if self.progress is not None:
             self.progress(len(self.records))
 
     def _result(self, requests: int) -> ReplayResult:
-        first = min((r.arrival for r in self.records), default=0.0)
-        last = max((r.finished for r in self.records), default=0.0)
-        nan = math.nan
-        return ReplayResult(tuple(self.records), requests, max(last - first, 1e-9), self.clock() - self.skipped_s,
-                            self.stop.is_set(), nan, nan, nan)
+        return replay_result(self.records, requests, self.clock, self.stop.is_set())  # KV: out of sight
 
 
 def _body(model: str, req: TrafficRequest) -> dict[str, Any]:

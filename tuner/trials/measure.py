@@ -60,6 +60,11 @@ class WindowReplayer:
         self.count = 0
         self.stop_after = decisive_failures(len(requests), slo)
 
+    @property
+    def span_s(self) -> float:
+        """The window's length at its recorded rate (x1): first arrival to last."""
+        return self.requests[-1].arrival_s - self.requests[0].arrival_s
+
     def warm_up(self, n: int) -> None:
         """The first `n` requests at once, unmeasured: kernels compiled (or a server's caches warm)."""
         if n > 0:

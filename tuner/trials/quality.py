@@ -84,6 +84,8 @@ def compare(reference: ProbeSet, candidate: ProbeSet) -> QualityResult:
         total += max(len(ref_toks), len(cand_toks))  # an early stop on one side counts as disagreement
         agree += sum(a == b for a, b in zip(ref_toks, cand_toks))
         same = _same_history(ref_toks, cand_toks)
+        if same == 0:  # a probe that generated nothing on one side: no distribution to compare
+            continue
         p, q = torch.stack(ref_lp[:same]), torch.stack(cand_lp[:same])  # [P, V] each
         kls += (p.exp() * (p - q)).sum(-1).tolist()
         tvs += _sampling_tv(p, q, reference.half_topk, candidate.half_topk).tolist()

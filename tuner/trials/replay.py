@@ -18,6 +18,7 @@ change it. Nothing is judged on the head of a replay.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -80,16 +81,27 @@ def replay(engine: LLMEngine, clock: ReplayClock, requests: Sequence[TrafficRequ
         for out in engine.step():
             if out.finished:
                 records.append(_record(out))
-                if slo is not None and not meets_slo(latency_row(records[-1]), slo):
-                    misses += 1
+                misses += is_miss(records[-1], slo)
                 if progress is not None:
                     progress(len(records))
         stopped = stop_after_misses is not None and misses >= stop_after_misses
+    totals = engine.totals
+    return replay_result(records, len(requests), clock, stopped,
+                         (totals.kv_util_mean, totals.kv_util_peak, totals.kv_waste_mean))
+
+
+def is_miss(record: RequestRecord, slo: SloConfig | None) -> bool:
+    """Whether a finished request counts against the SLO (never, without one)."""
+    return slo is not None and not meets_slo(latency_row(record), slo)
+
+
+def replay_result(records: list[RequestRecord], requests: int, clock: ReplayClock, stopped: bool,
+                  kv: tuple[float, float, float] = (math.nan, math.nan, math.nan)) -> ReplayResult:
+    """What a replay recorded: its span from first arrival to last finish, its busy (unskipped) time, and
+    the engine's KV figures (mean use, peak use, mean waste; NaN where the engine is out of sight)."""
     first = min((r.arrival for r in records), default=0.0)
     last = max((r.finished for r in records), default=0.0)
-    totals = engine.totals
-    return ReplayResult(tuple(records), len(requests), max(last - first, 1e-9), clock() - clock.skipped_s, stopped,
-                        totals.kv_util_mean, totals.kv_util_peak, totals.kv_waste_mean)
+    return ReplayResult(tuple(records), requests, max(last - first, 1e-9), clock() - clock.skipped_s, stopped, *kv)
 
 
 def _admit(engine: LLMEngine, req: TrafficRequest) -> None:

@@ -1,10 +1,11 @@
 """A measurement's outcome, shared by the worker's trials (`tuner.trials.run`, the real engine) and the
 simulator's (`tuner.trials.sim`, in-process); the replay over an engine is `measure.WindowReplayer` with
-`engine_replay`. No torch."""
+`engine_replay`; a failure in one line. No torch."""
 
 from __future__ import annotations
 
 import functools
+import traceback
 
 from runtime import LLMEngine
 from tuner.trials.job import Measurement, Probe, QualityResult, TrialOutcome, TrialStatus
@@ -24,3 +25,14 @@ def measured_outcome(measurement: Measurement, stopped_at: Probe | None, quality
                             f"(x{stopped_at.scale:.4g}: attainment {stopped_at.median('slo_attainment'):.3f})",
                             quality, setup_s, reused, stopped_at)
     return TrialOutcome(TrialStatus.ok, measurement, None, quality, setup_s, reused)
+
+
+def short_error(e: BaseException) -> str:
+    return str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+
+
+def describe_failure(e: BaseException) -> str:
+    """`Type: message (at file:line)`: enough to find the failing line without a full traceback."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {short_error(e)}{where}"

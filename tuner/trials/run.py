@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -23,7 +22,7 @@ from tuner.trials.job import Probe, QualityResult, TrialJob, TrialOutcome, Trial
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.quality import ProbeSet, compare, run_probe
 from tuner.trials.replay import ReplayClock
-from tuner.trials.replayer import engine_replay, measured_outcome
+from tuner.trials.replayer import describe_failure, engine_replay, measured_outcome, short_error
 from tuner.trials.steplog import StepLog
 
 
@@ -66,19 +65,18 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
         replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan.slo, channel.progress,
                                   lambda: peak_memory_gb(job.config))
         replayer.warm_up(job.plan.warmup_requests)
-        span = requests[-1].arrival_s - requests[0].arrival_s
-        measurement, stopped_at = measure(replayer, job.plan, span, channel.checkpoint)
+        measurement, stopped_at = measure(replayer, job.plan, replayer.span_s, channel.checkpoint)
         outcome = measured_outcome(measurement, stopped_at, quality, setup_s, reused)
         return outcome if log is None else replace(outcome, steps=tuple(log.rows))
     except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included: the config cannot start
         return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
     except (torch.cuda.OutOfMemoryError, MemoryError) as e:
-        return TrialOutcome(TrialStatus.oom, reason=f"out of memory: {_short(e)}")
+        return TrialOutcome(TrialStatus.oom, reason=f"out of memory: {short_error(e)}")
     except RuntimeError as e:
         oom = "out of memory" in str(e) or "can't allocate memory" in str(e)
-        return TrialOutcome(TrialStatus.oom if oom else TrialStatus.error, reason=_describe(e))
+        return TrialOutcome(TrialStatus.oom if oom else TrialStatus.error, reason=describe_failure(e))
     except Exception as e:  # a trial must never take the worker down: report what happened
-        return TrialOutcome(TrialStatus.error, reason=_describe(e))
+        return TrialOutcome(TrialStatus.error, reason=describe_failure(e))
 
 
 def _quality(job: TrialJob, model: object, state: WorkerState) -> QualityResult | None:
@@ -91,14 +89,3 @@ def _quality(job: TrialJob, model: object, state: WorkerState) -> QualityResult 
     if key not in state.references:
         state.references[key] = run_probe(reference, model, job.quality, tokenizer)
     return compare(state.references[key], run_probe(job.config, model, job.quality, tokenizer))
-
-
-def _short(e: BaseException) -> str:
-    return str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-
-
-def _describe(e: BaseException) -> str:
-    """`Type: message (at file:line)`: enough to find the failing line without a full traceback."""
-    frames = traceback.extract_tb(e.__traceback__)
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(e).__name__}: {_short(e)}{where}"

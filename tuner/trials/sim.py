@@ -21,7 +21,7 @@ from runtime import ConfigError, EngineConfig, StepTimeModel, VirtualClock, load
 from tuner.traffic import TrafficRequest
 from tuner.trials.job import Hardware, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import WindowReplayer, measure
-from tuner.trials.replayer import engine_replay, measured_outcome
+from tuner.trials.replayer import describe_failure, engine_replay, measured_outcome
 from tuner.trials.supervisor import OnCheckpoint, OnProgress
 
 GIB = 1 << 30
@@ -63,13 +63,12 @@ class SimExecutor:
             setup_s = time.perf_counter() - start
             replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan.slo, on_progress,
                                       lambda: planned)
-            span = requests[-1].arrival_s - requests[0].arrival_s
-            measurement, stopped_at = measure(replayer, job.plan, span, on_checkpoint)
+            measurement, stopped_at = measure(replayer, job.plan, replayer.span_s, on_checkpoint)
             return measured_outcome(measurement, stopped_at, None, setup_s, True)
         except ConfigError as e:  # too little memory on the profiled GPU, a profile of another model
             return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
         except Exception as e:  # as the worker: a trial never takes the study down
-            return TrialOutcome(TrialStatus.error, reason=f"{type(e).__name__}: {str(e)[:300]}")
+            return TrialOutcome(TrialStatus.error, reason=describe_failure(e))
 
     def close(self) -> None:
         pass

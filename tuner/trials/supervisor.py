@@ -20,6 +20,7 @@ from tuner.interrupts import Interrupts, ignore_in_worker
 from tuner.traffic import TrafficRequest
 from tuner.trials.job import Hardware, Probe, TrialJob, TrialOutcome, TrialStatus
 
+_PIPE_ERRORS = (EOFError, OSError)  # the worker's end of the pipe is gone (BrokenPipeError, resets: OSError)
 
 class WorkerStartError(RuntimeError):
     """The worker process died before it could serve a trial (its own traceback is above, on stderr)."""
@@ -87,8 +88,7 @@ class WorkerSupervisor:
             self._start()
 
     def _discard(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
+        self.kill()
         if self._proc is not None:
             self._proc.join(timeout=10)
         self._proc, self._conn = None, None
@@ -109,7 +109,7 @@ class WorkerSupervisor:
         try:
             self._conn.send(("describe", config))
             return self._conn.recv()[1]
-        except (BrokenPipeError, EOFError, ConnectionResetError, OSError):
+        except _PIPE_ERRORS:
             code = self._died().reason
             raise WorkerStartError(f"the trial worker could not start ({code}); its error is printed above") from None
 
@@ -123,7 +123,7 @@ class WorkerSupervisor:
                 self._sent.add(job.traffic_key)
             self._conn.send(("job", job))
             return self._wait(on_progress, on_checkpoint, timeout_s)
-        except (BrokenPipeError, EOFError, ConnectionResetError, OSError):
+        except _PIPE_ERRORS:
             if self._proc is None:  # raised by a callback, the worker already discarded: not a worker death
                 raise
             return self._died()
