@@ -1,47 +1,64 @@
-"""How well the simulator predicts the real runtime: the same trace window through both, per config.
+"""How well the simulator predicts the real runtime: the same trace windows through both, per config.
 
-    # on the GPU (after `python -m runtime.profile model=llama-3-8b out=$OUT/h200-llama-3-8b.json`), ~4-5 min:
-    python experiments/sim_accuracy.py --profile $OUT/h200-llama-3-8b.json --trace .traces/azure_llm_2023_code.csv \
-        --results $OUT/sim_accuracy.md
+    # on the GPU (after `python -m runtime.profile model=llama-3-8b ...`), ~6 min: measure and compare
+    python experiments/sim_accuracy.py --profile conf/profiles/h200-llama-3-8b.json --real-out $OUT/real.json \
+        --out-md $OUT/sim_accuracy.md --refit-out $OUT/h200-llama-3-8b.refit.json
+    # anywhere, from a GPU run's measurements (the simulation is CPU work): compare again
+    python experiments/sim_accuracy.py --profile conf/profiles/h200-llama-3-8b.json \
+        --real-in experiments/results/h200-sim/real.json --record
     # on a CPU, the tiny model against a small-grid profile made on the spot (a minute or two):
     python experiments/sim_accuracy.py --cpu
 
-For each config (block tiers; small and large max_num_seqs; small and large max_num_batched_tokens; CUDA
-graphs on and off) the window is replayed open loop at a fixed rate through the real engine (after a
-warm-up burst; its steps timed as the profile times them, `tuner.trials.steplog`) and through the
-simulated one (`runtime.sim`: the same scheduler and KV manager on the profile's step times): KV blocks,
-output throughput, TTFT and TPOT p50/p99 both ways with the relative error, then the configs ranked by
-p99 TTFT both ways. Last, the profile refitted with the real steps (`runtime.refit_profile`): its error
-and the refit's on every fifth real step, which the refit never saw.
+Windows: the Azure code trace (from 600 s, 30 s at x2: overloaded) and the Mooncake trace (from 100 s,
+12 s at x1: long shared-prefix prompts, truncated to max_model_len). For each config (block tiers; small
+and large max_num_seqs; small and large max_num_batched_tokens; CUDA graphs on and off) each window is
+replayed open loop through the real engine after a warm-up burst, its steps logged (device and host
+time, `tuner.trials.steplog`), and through the simulated one (`runtime.sim`: the same scheduler and KV
+manager on the profile's step times). The table gives KV blocks, output throughput, TTFT and TPOT p50/p99
+real / simulated with the shipped profile / simulated with the profile calibrated on the OTHER window's
+real steps (`runtime.refit_profile`: step-time coefficients and the host model; held out, since it
+never saw this window), each with its relative error, then the configs ranked by p99 TTFT each way.
+`--refit-out` writes the profile refitted on every window's real steps.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-import torch
+from bench_decode import add_record_args, emit
 
-from runtime import EngineConfig, LLMEngine, engine_limits
-from runtime.model.loader import load_model
-from runtime.placement import resolve_device, resolve_dtype
-from runtime.sim import VirtualClock, load_profile, refit_profile, sim_engine
+from runtime import EngineConfig, GpuProfile, engine_limits, refit_profile, save_profile
+from runtime.sim import VirtualClock, load_profile, sim_engine
 from tuner.config import SloConfig
 from tuner.traffic import load_traffic, select
 from tuner.trials.metrics import summarize
-from tuner.trials.replay import ReplayClock, replay
-from tuner.trials.steplog import StepLog
+from tuner.trials.replay import replay
 
 METRICS = ("output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Window(NamedTuple):
+    trace: str  # file name under .traces/ or ../shared/traces/
+    start_s: float
+    duration_s: float
+    time_scale: float
+
+
+WINDOWS = {"azure": Window("azure_llm_2023_code.csv", 600.0, 30.0, 2.0),
+           "mooncake": Window("mooncake_fast25_synthetic_trace.jsonl", 100.0, 12.0, 1.0)}
 
 
 def configs(cpu: bool) -> dict[str, dict]:
@@ -62,109 +79,180 @@ def configs(cpu: bool) -> dict[str, dict]:
     }
 
 
-def run_real(config: EngineConfig, model, requests, slo, warmup: int) -> tuple[dict, int, list]:
-    """The window through the real engine after a warm-up burst; its one-tier steps timed (StepLog rows)."""
+def base_knobs(cpu: bool) -> dict[str, Any]:
+    return {"device_memory_gb": 0.05, "max_model_len": 1024, "device": "cpu"} if cpu else {"max_model_len": 8192}
+
+
+def window_requests(name: str, window: Window, profile: GpuProfile, cpu: bool) -> tuple:
+    limit = engine_limits(EngineConfig.from_flat(profile.model, **base_knobs(cpu)), profile.info).max_model_len
+    traffic = load_traffic(_trace(window.trace), on_error="skip", vocab_size=profile.info.vocab_size,
+                           max_model_len=limit, long_prompts="truncate")
+    return select(traffic.requests, start_s=window.start_s, duration_s=window.duration_s,
+                  time_scale=window.time_scale, max_requests=40 if cpu else None)
+
+
+# ---- the real runs (needs the model: a GPU, or --cpu) -------------------------------------------------------
+def measure_real(profile: GpuProfile, windows: dict[str, Window], chosen: dict[str, dict], cpu: bool,
+                 warmup: int, save: Path | None) -> dict[str, Any]:
+    """Every window through the real engine per config: metrics, KV blocks, and the logged steps (written
+    to `save` after every config, so a run cut short keeps what it measured)."""
+    import torch
+
+    from runtime.model.loader import load_model
+    from runtime.placement import resolve_device, resolve_dtype
+
+    device = resolve_device("cpu" if cpu else "auto")
+    model = load_model(profile.model, resolve_dtype("auto", device), device, 0)
+    out: dict[str, Any] = {"created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "windows": {}}
+    for name, window in windows.items():
+        requests = window_requests(name, window, profile, cpu)
+        print(f"{name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s, "
+              f"{window.duration_s:g} s at x{window.time_scale:g}", flush=True)
+        runs: dict[str, Any] = {}
+        rows: list[list] = []
+        out["windows"][name] = {"window": window._asdict(), "requests": len(requests), "configs": runs,
+                                "rows": rows}
+        for cfg, knobs in chosen.items():
+            start = time.perf_counter()
+            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
+            metrics, blocks, steps = _real_run(config, model, requests, warmup)
+            runs[cfg] = {"metrics": metrics, "blocks": blocks}
+            rows += [list(r) for r in steps]
+            print(f"  {cfg}: real {metrics['output_tok_s']:.1f} tok/s, p99 TTFT {metrics['ttft_p99_s']:.3f} s "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+            if save is not None:
+                save.write_text(json.dumps(out) + "\n", encoding="utf-8")
+            gc.collect()  # the KV pool (most of the GPU) goes before the next config's engine plans its own
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return out
+
+
+def _real_run(config: EngineConfig, model, requests, warmup: int) -> tuple[dict, int, list]:
+    from dataclasses import replace
+
+    from runtime import LLMEngine
+    from tuner.trials.replay import ReplayClock
+    from tuner.trials.steplog import StepLog
+
     clock = ReplayClock()
     engine = LLMEngine(config, clock=clock, model=model)
     replay(engine, clock, tuple(replace(r, arrival_s=0.0) for r in requests[:warmup]))
     log = StepLog(engine)
-    metrics = summarize(replay(engine, clock, requests, slo=slo), slo, 0.0)
-    blocks = sum(t.num_blocks for t in engine.kv.tiers)
-    rows = log.rows
-    del engine, log
-    gc.collect()  # the KV pool (most of the GPU) goes before the next config's engine plans its own
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return metrics, blocks, rows
+    metrics = summarize(replay(engine, clock, requests), SloConfig(), 0.0)
+    return metrics, sum(t.num_blocks for t in engine.kv.tiers), log.rows
 
 
-def run_sim(config: EngineConfig, profile, requests, slo) -> tuple[dict, int]:
+# ---- the comparison (CPU work) ------------------------------------------------------------------------------
+def run_sim(config: EngineConfig, profile: GpuProfile, requests) -> tuple[dict, int]:
     clock = VirtualClock()
     engine = sim_engine(config, profile, clock)
-    return summarize(replay(engine, clock, requests, slo=slo), slo, 0.0), sum(t.num_blocks for t in engine.kv.tiers)
+    result = replay(engine, clock, requests)
+    return summarize(result, SloConfig(), 0.0), sum(t.num_blocks for t in engine.kv.tiers)
+
+
+def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], cpu: bool) -> list[str]:
+    lines = []
+    names = list(real["windows"])
+    for name in names:
+        data = real["windows"][name]
+        window = Window(**data["window"])
+        requests = window_requests(name, window, profile, cpu)
+        others = [r for other in names if other != name for r in real["windows"][other]["rows"]]
+        calibrated = refit_profile(profile, others).profile if others else None
+        rows = {}
+        for cfg in chosen:
+            if cfg not in data["configs"]:
+                continue
+            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **chosen[cfg])
+            sim, sb = run_sim(config, profile, requests)
+            cal = run_sim(config, calibrated, requests)[0] if calibrated else None
+            rows[cfg] = (data["configs"][cfg]["metrics"], data["configs"][cfg]["blocks"], sim, sb, cal)
+        lines += [f"### {name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s, "
+                  f"{window.duration_s:g} s at x{window.time_scale:g}", "",
+                  *table(rows, [o for o in names if o != name]), ""]
+    every = [r for name in names for r in real["windows"][name]["rows"]]
+    if every:
+        refit = refit_profile(profile, every)
+        lines += [f"profile fit (as shipped): {profile.fit_error.line()}",
+                  f"shipped profile on the replays' real steps: {refit.before.line()}",
+                  f"refit with every real step: {refit.after.line()}",
+                  f"host time per step, measured: {refit.host.line() if refit.host else 'not logged'}",
+                  f"median real step (forward and sampling) {statistics.median(r[5] for r in every) * 1e3:.2f} ms"]
+    return lines
 
 
 def _err(sim: float, real: float) -> str:
     return "n/a" if not real or np.isnan(real) or np.isnan(sim) else f"{(sim - real) / real:+.0%}"
 
 
-def table(rows: dict[str, tuple[dict, int, dict, int]]) -> list[str]:
-    head = "| config | KV blocks real/sim | " + " | ".join(f"{m} real / sim (err)" for m in METRICS) + " |"
+def table(rows: dict[str, tuple], calibrated_on: list[str]) -> list[str]:
+    cal = bool(calibrated_on) and all(r[4] is not None for r in rows.values())
+    each = "real / sim (err)" + (" / calibrated (err)" if cal else "")
+    head = "| config | KV blocks real/sim | " + " | ".join(f"{m}: {each}" for m in METRICS) + " |"
     lines = [head, "|" + "---|" * (2 + len(METRICS))]
-    for name, (real, rb, sim, sb) in rows.items():
-        cells = [f"{real[m]:.4g} / {sim[m]:.4g} ({_err(sim[m], real[m])})" for m in METRICS]
+    for name, (real, rb, sim, sb, calib) in rows.items():
+        cells = []
+        for m in METRICS:
+            cell = f"{real[m]:.4g} / {sim[m]:.4g} ({_err(sim[m], real[m])})"
+            if cal:
+                cell += f" / {calib[m]:.4g} ({_err(calib[m], real[m])})"
+            cells.append(cell)
         lines.append(f"| {name} | {rb} / {sb} | " + " | ".join(cells) + " |")
-    real_rank = sorted(rows, key=lambda n: rows[n][0]["ttft_p99_s"])
-    sim_rank = sorted(rows, key=lambda n: rows[n][2]["ttft_p99_s"])
-    lines += ["", f"ranking by p99 TTFT, real: {' < '.join(real_rank)}",
-              f"ranking by p99 TTFT, sim:  {' < '.join(sim_rank)}"]
+    lines += ["", f"ranking by p99 TTFT, real: {_rank(rows, 0)}", f"ranking by p99 TTFT, sim:  {_rank(rows, 2)}"]
+    if cal:
+        lines += [f"ranking by p99 TTFT, calibrated: {_rank(rows, 4)}",
+                  f"(calibrated: the profile refitted on the real steps of {', '.join(calibrated_on)} only)"]
     return lines
+
+
+def _rank(rows: dict[str, tuple], at: int) -> str:
+    return " < ".join(sorted(rows, key=lambda n: rows[n][at]["ttft_p99_s"]))
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="tiny model on CPU, small grid profile made on the spot")
-    p.add_argument("--model", default=None, help="default: the profile's model")
     p.add_argument("--profile", default=None, help="a GPU profile from python -m runtime.profile")
-    p.add_argument("--trace", default=None, help="default: .traces/ or ../shared/traces/ azure_llm_2023_code.csv")
-    p.add_argument("--start-s", type=float, default=600.0)
-    p.add_argument("--duration-s", type=float, default=40.0)
-    p.add_argument("--time-scale", type=float, default=2.0)
-    p.add_argument("--max-requests", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=16)
+    p.add_argument("--windows", default=None, help="comma-separated: azure,mooncake (default both; azure on --cpu)")
     p.add_argument("--only", default=None, help="comma-separated config names")
-    p.add_argument("--results", default=None, help="also write the table (markdown) here")
+    p.add_argument("--warmup", type=int, default=16)
+    p.add_argument("--real-in", default=None, help="compare against these real measurements (no model needed)")
+    p.add_argument("--real-out", default=None, help="write the real measurements here (JSON)")
+    p.add_argument("--refit-out", default=None, help="write the profile refitted on every real step here")
+    p.add_argument("--out-md", default=None, help="also write the comparison (markdown) here")
+    add_record_args(p)
     a = p.parse_args()
-    if a.cpu:
-        torch.set_num_threads(1)
     profile_path = a.profile or _cpu_profile(a.cpu)
     profile = load_profile(profile_path)
-    model_name = a.model or profile.model
-    base = {"device_memory_gb": 0.05, "max_model_len": 1024} if a.cpu else {"max_model_len": 8192}
-    device = resolve_device("cpu" if a.cpu else "auto")
-    model = load_model(model_name, resolve_dtype("auto", device), device, 0)
-    trace = Path(a.trace) if a.trace else _default_trace()
-    limit = engine_limits(EngineConfig.from_flat(model_name, **base), profile.info).max_model_len
-    traffic = load_traffic(trace, on_error="skip", vocab_size=profile.info.vocab_size, max_model_len=limit,
-                           long_prompts="truncate")
-    requests = select(traffic.requests, start_s=a.start_s, duration_s=a.duration_s, time_scale=a.time_scale,
-                      max_requests=a.max_requests or (40 if a.cpu else None))
-    slo = SloConfig()
     chosen = configs(a.cpu)
     if a.only:
         chosen = {k: v for k, v in chosen.items() if k in a.only.split(",")}
-    print(f"{len(requests)} requests of {trace.name} from {a.start_s:g} s, {a.duration_s:g} s at x{a.time_scale:g}; "
-          f"profile {profile.label} ({profile_path})", flush=True)
-    rows, real_steps = {}, []
-    for name, knobs in chosen.items():
-        start = time.perf_counter()
-        config = EngineConfig.from_flat(model_name, **base, **knobs, device=str(device.type))
-        real, rb, steps = run_real(config, model, requests, slo, a.warmup)
-        sim, sb = run_sim(config, profile, requests, slo)
-        real_steps += steps
-        rows[name] = (real, rb, sim, sb)
-        print(f"  {name}: real {real['output_tok_s']:.1f} tok/s p99 TTFT {real['ttft_p99_s']:.3f} s | sim "
-              f"{sim['output_tok_s']:.1f} tok/s p99 TTFT {sim['ttft_p99_s']:.3f} s "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
-    lines = table(rows)
-    refit = refit_profile(profile, real_steps)
-    lines += ["", f"profile fit (as shipped): {profile.fit_error.line()}",
-              f"profile on the replays' real steps: {refit.before.line()}",
-              f"refit with the real steps: {refit.after.line()}",
-              f"median real step {statistics.median(row[-1] for row in real_steps) * 1e3:.2f} ms"
-              if real_steps else "no real steps timed"]
-    print("\n".join(lines))
-    if a.results:
-        Path(a.results).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    windows = {k: WINDOWS[k] for k in (a.windows or ("azure" if a.cpu else "azure,mooncake")).split(",")}
+    if a.real_in:
+        real = json.loads(Path(a.real_in).read_text(encoding="utf-8"))
+    else:
+        if a.cpu:
+            import torch
+
+            torch.set_num_threads(1)
+        real = measure_real(profile, windows, chosen, a.cpu, a.warmup, Path(a.real_out) if a.real_out else None)
+    print(f"profile {profile.label} ({profile_path})", flush=True)
+    lines = compare(profile, real, chosen, a.cpu)
+    emit("\n".join(lines), a, f"Simulated vs real ({profile.label}; the real runs: {real['created']})")
+    if a.refit_out:
+        every = [r for w in real["windows"].values() for r in w["rows"]]
+        print(f"wrote {save_profile(refit_profile(profile, every).profile, a.refit_out)}")
+    if a.out_md:
+        Path(a.out_md).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
 
 
-def _default_trace() -> Path:
-    root = Path(__file__).resolve().parents[1]
-    for folder in (root / ".traces", root.parent / "shared" / "traces", Path("/work/shared/traces")):
-        if (folder / "azure_llm_2023_code.csv").is_file():
-            return folder / "azure_llm_2023_code.csv"
-    raise SystemExit("no trace found: pass --trace")
+def _trace(name: str) -> Path:
+    for folder in (ROOT / ".traces", ROOT.parent / "shared" / "traces", Path("/work/shared/traces")):
+        if (folder / name).is_file():
+            return folder / name
+    raise SystemExit(f"no trace {name} under .traces/ or ../shared/traces/")
 
 
 def _cpu_profile(cpu: bool) -> str:

@@ -12,7 +12,7 @@ loads on first use (PEP 562), and an engine on a model imports torch when it is 
                  EngineLimits, engine_limits                               max_model_len, token budget, tiers
                  GpuProfile, load_profile, sim_engine, sim_memory,         the simulator (runtime.sim): a GPU
                  VirtualClock, StepTimeModel, StepSample, StepShaper,      profile, an engine on its step times,
-                 fit, fit_error, Refit, refit_profile                      a step's shape, the fit and refit
+                 fit, fit_error, Refit, refit_profile, StepRow, HostModel  a step's shape, the fit and refit
                  LLMEngine, SamplingParams, RequestOutputKind, RequestOutput, CompletionOutput,
                  RequestMetrics, StepStats, StepTotals                     the engine and its outputs
                  InsufficientMemoryError                                    the KV pool cannot hold a request
@@ -37,7 +37,9 @@ from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from runtime.sampling_params import RequestOutputKind, SamplingParams
 from runtime.sim import (
     GpuProfile,
+    HostModel,
     Refit,
+    StepRow,
     StepSample,
     StepShaper,
     StepTimeModel,
@@ -57,9 +59,10 @@ _LAZY = ("LLM", "WeightCache", "DeviceInfo", "describe_device", "peak_memory_gb"
          "load_tokenizer", "encode_chat", "NoTokenizerError", "sampling_probs")
 
 __all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "GpuProfile", "ModelInfo",
-           "Refit", "ModelLoadError", "StepSample", "StepShaper", "StepTimeModel", "VirtualClock", "build_config",
-           "engine_limits", "fit", "fit_error", "has_tokenizer", "load_profile", "model_info", "refit_profile",
-           "save_profile", "sim_engine", "sim_memory", "LLMEngine", "SamplingParams", "RequestOutputKind",
+           "HostModel", "Refit", "ModelLoadError", "StepRow", "StepSample", "StepShaper", "StepTimeModel",
+           "VirtualClock", "build_config", "engine_limits", "fit", "fit_error", "has_tokenizer", "load_profile",
+           "model_info", "refit_profile", "save_profile", "sim_engine", "sim_memory", "LLMEngine", "SamplingParams",
+           "RequestOutputKind",
            "RequestOutput", "CompletionOutput", "RequestMetrics", "StepStats", "StepTotals", "InsufficientMemoryError",
            *_LAZY]
 

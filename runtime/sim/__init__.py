@@ -5,17 +5,19 @@ profiled on a GPU (`python -m runtime.profile`). No torch: the tuner's parent pr
     shape.py         StepShaper: a scheduled step -> (variant, shape) per tier, padding and graphs as the runner
     profile_file.py  GpuProfile: what a profile records; load_profile / save_profile (JSON)
     engine.py        sim_engine: LLMEngine on a model-free backend; VirtualClock, SimRunner, StreamSampler
+    hostmodel.py     HostModel, fit_host: a step's host time (scheduling, outputs, the replay loop) per sequence
     refit.py         refit_profile: a profile refitted with a real engine's timed steps, errors before and after
 """
 
 from __future__ import annotations
 
 from runtime.sim.engine import VirtualClock, sim_engine, sim_memory
+from runtime.sim.hostmodel import HostModel, fit_host
 from runtime.sim.profile_file import GpuProfile, load_profile, save_profile
-from runtime.sim.refit import Refit, refit_profile
+from runtime.sim.refit import Refit, StepRow, refit_profile
 from runtime.sim.shape import StepShaper
 from runtime.sim.stepmodel import FitError, StepSample, StepShape, StepTimeModel, Variant, fit, fit_error
 
-__all__ = ["FitError", "GpuProfile", "Refit", "StepSample", "StepShape", "StepShaper", "StepTimeModel", "Variant",
-           "VirtualClock", "fit", "fit_error", "load_profile", "refit_profile", "save_profile", "sim_engine",
-           "sim_memory"]
+__all__ = ["FitError", "GpuProfile", "HostModel", "Refit", "StepRow", "StepSample", "StepShape", "StepShaper",
+           "StepTimeModel", "Variant", "VirtualClock", "fit", "fit_error", "fit_host", "load_profile", "refit_profile",
+           "save_profile", "sim_engine", "sim_memory"]

@@ -1,12 +1,13 @@
 """The simulated engine: the real `LLMEngine` loop, scheduler and KV manager on a virtual clock, no weights.
 
-    LLMEngine.step:  schedule (real) -> SimRunner.execute: clock += predicted step time -> StreamSampler
+    LLMEngine.step:  schedule (real) -> SimRunner.execute: clock += predicted step + host time -> StreamSampler
                      (a deterministic token per row, never an EOS) -> postprocess (real)
 
 The KV pool is sized by `runtime.memory.plan_memory`, the function the real engine uses, from the
 profiled GPU's memory and the profile's weight and activation bytes, so a config holds the blocks it
-would hold on that GPU. What the simulator leaves out: the scheduler's own host time beyond what the
-profiled step constant absorbs, swap and copy-on-write copies (free here), and numerics.
+would hold on that GPU. A step's host time (scheduling, outputs, the replay loop) is the profile's host
+model, measured on the real engine by a refit (zero before one). What the simulator leaves out: swap
+and copy-on-write copies (free here), and numerics.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from runtime.kv.manager import KVCacheManager
 from runtime.limits import EngineLimits, decode_graphs_on, engine_limits
 from runtime.memory import GIB, MemoryPlan, plan_memory
 from runtime.scheduler import SchedulerOutput
+from runtime.sim.hostmodel import HostModel
 from runtime.sim.profile_file import GpuProfile
 from runtime.sim.shape import StepShaper
 from runtime.sim.stepmodel import StepTimeModel
 
+NO_HOST = HostModel()  # a profile before any refit
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1}
 
 
@@ -48,13 +51,16 @@ class VirtualClock:
 
 
 class SimRunner:
-    """Runs a step by advancing the clock by the step-time model's prediction for its composition."""
+    """Runs a step by advancing the clock by the step-time model's prediction for its composition, plus
+    the host model's for its scheduled sequences."""
 
-    def __init__(self, model: StepTimeModel, shaper: StepShaper, clock: VirtualClock) -> None:
-        self.model, self.shaper, self.clock = model, shaper, clock
+    def __init__(self, model: StepTimeModel, shaper: StepShaper, clock: VirtualClock,
+                 host: HostModel = NO_HOST) -> None:
+        self.model, self.shaper, self.clock, self.host = model, shaper, clock, host
 
     def execute(self, out: SchedulerOutput) -> SchedulerOutput:
-        self.clock.advance(self.model.predict_tiers(self.shaper.parts(out.scheduled)))
+        device_s = self.model.predict_tiers(self.shaper.parts(out.scheduled))
+        self.clock.advance(device_s + self.host.predict(len(out.scheduled)))
         return out
 
 
@@ -103,7 +109,8 @@ def _plan(config: EngineConfig, profile: GpuProfile) -> tuple[EngineLimits, Memo
 
 def sim_backend(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
                 step_model: StepTimeModel | None = None) -> Backend:
-    """A model-free backend for `config` on the profiled GPU (`step_model`: the profile's unless given)."""
+    """A model-free backend for `config` on the profiled GPU (`step_model`: the profile's unless given;
+    the host model is always the profile's)."""
     limits, plan = _plan(config, profile)
     tiers = plan.tier_specs(limits.tiers)
     eos: frozenset[int] = frozenset()  # a model-free stream never stops a request early: max_tokens does
@@ -113,7 +120,7 @@ def sim_backend(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
                               profile.device.type == "cuda" and config.kernel.attention_backend != "torch")
 
     def make_runner(kv: KVCacheManager) -> SimRunner:
-        return SimRunner(model, StepShaper(config, kv.tiers, graphs), clock)
+        return SimRunner(model, StepShaper(config, kv.tiers, graphs), clock, profile.host_model)
 
     vocab = profile.info.vocab_size
     return Backend(limits.max_model_len, limits.max_num_batched_tokens, tiers, vocab, eos, make_runner,

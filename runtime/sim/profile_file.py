@@ -2,9 +2,9 @@
 
 It holds what the simulator needs to stand in for that GPU: the device's memory, the weights' bytes and
 the forward's peak activations (so the KV pool is sized as the real engine would size it there), the
-step-time coefficients per variant, the timed steps they were fitted on (kept, so a refit can add the
-real trials' steps) and the fit's error on held-back steps. Versions (driver, CUDA, torch, Triton) are
-provenance: every simulated figure names its profile.
+step-time coefficients per variant, a step's host time (`runtime.sim.hostmodel`), the timed steps they
+were fitted on (kept, so a refit can add the real trials' steps) and the fit's error on held-back
+steps. Versions (driver, CUDA, torch, Triton) are provenance: every simulated figure names its profile.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from runtime.config import ConfigError
 from runtime.model.info import ModelInfo
+from runtime.sim.hostmodel import HostModel
 from runtime.sim.stepmodel import FitError, StepSample, StepShape, StepTimeModel, Variant
 from runtime.typed import build
 
@@ -64,6 +65,8 @@ class GpuProfile:
     created: str = ""  # ISO date and time
     command: str = ""  # the command that wrote it
     notes: tuple[str, ...] = ()  # variants skipped or cut by the time budget, and why
+    host: tuple[float, float] = (0.0, 0.0)  # hostmodel.HostModel: a step's host time beyond the model's
+    #                                        (0, 0 until a refit measures it on the real engine)
     format: int = FORMAT
 
     def __post_init__(self) -> None:
@@ -78,6 +81,10 @@ class GpuProfile:
     @property
     def step_model(self) -> StepTimeModel:
         return StepTimeModel(self.coefficients)
+
+    @property
+    def host_model(self) -> HostModel:
+        return HostModel(*self.host)
 
     @property
     def fit_error(self) -> FitError:

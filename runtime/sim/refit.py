@@ -2,43 +2,70 @@
 
 The real steps are split as the profile command splits its own (every fifth held back per variant); the
 profile's model and the refit are both judged on the held-back real steps, and the refit (the profile's
-steps and every real step) is what the new profile ships.
-
-    row: (variant key, prefill_tokens, prefill_attention, decode_seqs, decode_context, seconds)
+steps and every real step) is what the new profile ships. Rows that carry their host time (the step log
+measures it) also fit the profile's host model (`runtime.sim.hostmodel`) on all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
+from runtime.sim.hostmodel import HostModel, fit_host
 from runtime.sim.profile_file import GpuProfile, samples_table
 from runtime.sim.stepmodel import FitError, StepSample, StepShape, Variant, fit, fit_error, split_held_back
 
-StepRow = tuple[str, int, int, int, int, float]
+
+class StepRow(NamedTuple):
+    """One step of a real engine, as `tuner.trials.steplog` logs it."""
+
+    variant: str  # stepmodel.Variant.key
+    prefill_tokens: int
+    prefill_attention: int
+    decode_seqs: int
+    decode_context: int
+    seconds: float  # the forward and sampling: what the step-time model predicts
+    seqs: int | None = None  # sequences the step scheduled
+    host_s: float | None = None  # the rest of the step and the replay loop's gap before it: the host model's
 
 
 class Refit(NamedTuple):
-    profile: GpuProfile  # the refitted profile (coefficients, steps, held-back error)
+    profile: GpuProfile  # the refitted profile (coefficients, steps, held-back error, host model)
     before: FitError  # the original profile's error on the held-back real steps
     after: FitError  # the refit's error on them (fitted without them)
     steps: int  # real steps used
+    host: HostModel | None = None  # fitted from the rows' host times; None when no row carried one
 
 
-def step_samples(rows: Iterable[StepRow]) -> list[StepSample]:
-    return [StepSample(Variant.parse(key), StepShape(int(pt), int(pa), int(ds), int(dc)), float(s))
-            for key, pt, pa, ds, dc, s in rows if s > 0]
+def step_samples(rows: Iterable[Sequence]) -> list[StepSample]:
+    return [StepSample(Variant.parse(r.variant), StepShape(int(r.prefill_tokens), int(r.prefill_attention),
+                                                          int(r.decode_seqs), int(r.decode_context)), float(r.seconds))
+            for r in map(_row, rows) if r.seconds > 0]
 
 
-def refit_profile(profile: GpuProfile, rows: Iterable[StepRow]) -> Refit:
+def host_points(rows: Iterable[Sequence]) -> list[tuple[int, float]]:
+    return [(r.seqs, r.host_s) for r in map(_row, rows) if r.seqs is not None and r.host_s is not None]
+
+
+def _row(row: Sequence) -> StepRow:
+    return row if isinstance(row, StepRow) else StepRow(*row)  # a tuple from a worker's pickled or JSON result
+
+
+def refit_profile(profile: GpuProfile, rows: Iterable[Sequence]) -> Refit:
+    rows = list(rows)
     real = step_samples(rows)
     fit_points, held = split_held_back(real)
     before = fit_error(profile.step_model, held)
     after = fit_error(fit([*profile.step_samples, *fit_points]), held)
     every = [*profile.step_samples, *real]
+    points = host_points(rows)
+    host = fit_host(points) if points else None
+    note = (f"refitted with {len(real)} steps timed on the real engine; "
+            f"held-back error before {before.line()}, after {after.line()}")
+    if host is not None:
+        note += f"; host time per step {host.line()} (from {len(points)} steps)"
     refitted = replace(profile, coefficients=dict(fit(every).coefficients), samples=samples_table(every),
-                       held_back_error=tuple(after),
-                       notes=(*profile.notes, f"refitted with {len(real)} steps timed on the real engine; "
-                              f"held-back error before {before.line()}, after {after.line()}"))
-    return Refit(refitted, before, after, len(real))
+                       held_back_error=tuple(after), notes=(*profile.notes, note),
+                       host=profile.host if host is None else tuple(host))
+    return Refit(refitted, before, after, len(real), host)

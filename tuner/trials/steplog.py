@@ -1,10 +1,13 @@
 """The real engine's step log, for refitting a GPU profile (`tuner.fidelity=sim+real`). No torch.
 
-Wraps the engine's runner and sampler: a step is timed from the runner's call until the sampled tokens
-are on the host (the sampler's host lists wait for the device), the work the step-time model predicts.
-Only one-tier steps are kept (the model is fitted per variant), at most `limit` of them.
+Wraps the engine's step, runner and sampler. A step's device time runs from the runner's call until the
+sampled tokens are on the host (the sampler's host lists wait for the device): the work the step-time
+model predicts. Its host time is the rest of the step (scheduling, outputs) plus, when the engine stayed
+busy, the replay loop's gap since the previous step: what the host model predicts. Only one-tier steps
+are kept (the step-time model is fitted per variant), at most `limit` of them.
 
-    row: (variant key, prefill_tokens, prefill_attention, decode_seqs, decode_context, seconds)
+    row: runtime.sim.refit.StepRow (variant key, prefill_tokens, prefill_attention, decode_seqs,
+         decode_context, seconds, scheduled sequences, host seconds)
 """
 
 from __future__ import annotations
@@ -12,19 +15,37 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from runtime import LLMEngine, StepShaper
-
-StepRow = tuple[str, int, int, int, int, float]
+from runtime import LLMEngine, StepRow, StepShaper
 
 
 class StepLog:
     def __init__(self, engine: LLMEngine, limit: int = 20_000) -> None:
-        self.runner, self.sampler = engine.runner, engine.sampler
+        self.engine, self.runner, self.sampler = engine, engine.runner, engine.sampler
         self.shaper = StepShaper(engine.config, engine.kv.tiers, getattr(engine.runner, "graphs", None) is not None)
         self.limit = limit
         self.rows: list[StepRow] = []
         self._started: tuple[float, Any] | None = None  # (start, the scheduler's output) of the step in flight
-        engine.runner, engine.sampler = self, self
+        self._device: tuple[float, Any] | None = None  # (seconds, scheduler's output) of the step's forward
+        self._busy_since: float | None = None  # the previous step's end, when the engine stayed busy after it
+        self._step = engine.step
+        engine.runner, engine.sampler, engine.step = self, self, self._timed_step  # type: ignore[method-assign]
+
+    def _timed_step(self) -> Any:
+        start = time.perf_counter()
+        gap = 0.0 if self._busy_since is None else start - self._busy_since
+        self._device = None
+        outputs = self._step()
+        end = time.perf_counter()
+        if self._device is not None:
+            self._log(*self._device, gap + (end - start) - self._device[0])
+        self._busy_since = end if self.engine.has_unfinished_requests() else None
+        return outputs
+
+    def _log(self, seconds: float, out: Any, host_s: float) -> None:
+        parts = self.shaper.parts(out.scheduled)
+        if len(parts) == 1 and len(self.rows) < self.limit:
+            variant, shape = parts[0]
+            self.rows.append(StepRow(variant.key, *shape, seconds, len(out.scheduled), host_s))
 
     def execute(self, out: Any) -> Any:
         self._started = (time.perf_counter(), out)
@@ -34,11 +55,7 @@ class StepLog:
         tokens = self.sampler.sample(logits, rows)
         if self._started is not None:
             start, out = self._started
-            seconds = time.perf_counter() - start
-            parts = self.shaper.parts(out.scheduled)
-            if len(parts) == 1 and len(self.rows) < self.limit:
-                variant, shape = parts[0]
-                self.rows.append((variant.key, *shape, seconds))
+            self._device = (time.perf_counter() - start, out)
         self._started = None
         return tokens
 
