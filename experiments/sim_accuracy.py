@@ -13,7 +13,7 @@ Windows: the Azure code trace (from 600 s, 30 s at x2: overloaded) and the Moonc
 12 s at x1: long shared-prefix prompts, truncated to max_model_len). For each config (block tiers; small
 and large max_num_seqs; small and large max_num_batched_tokens; CUDA graphs on and off) each window is
 replayed open loop through the real engine after a warm-up burst, its steps logged (device and host
-time, `tuner.trials.steplog`), and through the simulated one (`runtime.sim`: the same scheduler and KV
+time, `runtime.step_log`), and through the simulated one (`runtime.sim`: the same scheduler and KV
 manager on the profile's step times). The table gives KV blocks, output throughput, TTFT and TPOT p50/p99
 real / simulated with the shipped profile / simulated with the profile calibrated on the OTHER window's
 real steps (`runtime.refit_profile`: step-time coefficients and the host model; held out, since it
@@ -131,9 +131,8 @@ def measure_real(profile: GpuProfile, windows: dict[str, Window], chosen: dict[s
 def _real_run(config: EngineConfig, model, requests, warmup: int) -> tuple[dict, int, list]:
     from dataclasses import replace
 
-    from runtime import LLMEngine
+    from runtime import LLMEngine, StepLog
     from tuner.trials.replay import ReplayClock
-    from tuner.trials.steplog import StepLog
 
     clock = ReplayClock()
     engine = LLMEngine(config, clock=clock, model=model)

@@ -13,6 +13,7 @@ loads on first use (PEP 562), and an engine on a model imports torch when it is 
                  GpuProfile, load_profile, sim_engine, sim_memory,         the simulator (runtime.sim): a GPU
                  VirtualClock, StepTimeModel, StepSample, StepShaper,      profile, an engine on its step times,
                  fit, fit_error, Refit, refit_profile, StepRow, HostModel  a step's shape, the fit and refit
+                 StepLog                                                   a real engine's steps, timed
                  LLMEngine, SamplingParams, RequestOutputKind, RequestOutput, CompletionOutput,
                  RequestMetrics, StepStats, StepTotals                     the engine and its outputs
                  InsufficientMemoryError                                    the KV pool cannot hold a request
@@ -53,13 +54,14 @@ from runtime.sim import (
     sim_memory,
 )
 from runtime.stats import StepStats, StepTotals
+from runtime.step_log import StepLog
 from runtime.typed import build as build_config
 
 _LAZY = ("LLM", "WeightCache", "DeviceInfo", "describe_device", "peak_memory_gb", "reset_peak_memory",
          "load_tokenizer", "encode_chat", "NoTokenizerError", "sampling_probs")
 
 __all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "GpuProfile", "ModelInfo",
-           "HostModel", "Refit", "ModelLoadError", "StepRow", "StepSample", "StepShaper", "StepTimeModel",
+           "HostModel", "Refit", "ModelLoadError", "StepLog", "StepRow", "StepSample", "StepShaper", "StepTimeModel",
            "VirtualClock", "build_config", "engine_limits", "fit", "fit_error", "has_tokenizer", "load_profile",
            "model_info", "refit_profile", "save_profile", "sim_engine", "sim_memory", "LLMEngine", "SamplingParams",
            "RequestOutputKind",

@@ -6,7 +6,8 @@
 For each variant (block size, CUDA graphs off/on, KV dtype) one engine is built on the loaded weights and a
 grid of step compositions is timed through its runner and sampler (`runtime.step_timing`); the step-time
 model is fitted per variant (`runtime.sim.stepmodel`), its error measured on every fifth step by a fit
-without them, and the coefficients shipped are the fit on every step. The forward's peak activation
+without them, and the coefficients shipped are the fit on every step. A burst of requests through the
+first variant's engine then measures a step's host time (`runtime.sim.hostmodel`). The forward's peak activation
 memory is measured at several token counts (estimated on CPU), and the profile records the device, its
 memory, driver, CUDA, torch and Triton versions, the model's shape and weight bytes.
 
@@ -34,8 +35,12 @@ from runtime.memory import GIB, estimate_activation_bytes
 from runtime.model.info import model_info
 from runtime.model.loader import load_model
 from runtime.placement import resolve_device, resolve_dtype
+from runtime.sampling_params import SamplingParams
+from runtime.sim.hostmodel import HostModel, fit_host
 from runtime.sim.profile_file import ActivationFit, DeviceRecord, GpuProfile, samples_table, save_profile
+from runtime.sim.refit import host_points
 from runtime.sim.stepmodel import StepSample, Variant, fit, fit_error, split_held_back
+from runtime.step_log import StepLog
 from runtime.step_timing import StepTimer, grid
 
 
@@ -152,6 +157,24 @@ def _activation_fit(config: EngineConfig, model, cuda: bool) -> ActivationFit:
     return ActivationFit(c0, per_token, per_seq, tuple(measured))
 
 
+def _host_fit(args: ProfileArgs, config: EngineConfig, model) -> HostModel:
+    """A step's host time (scheduling, outputs) on a burst of requests through the real engine: staggered
+    lengths, so the steps schedule from many sequences down to one."""
+    engine = LLMEngine(config, model=model)
+    log = StepLog(engine)
+    count, prompt = (16, 64) if args.small else (min(256, config.scheduler.max_num_seqs), 256)
+    vocab = engine.vocab_size
+    for i in range(count):
+        params = SamplingParams(max_tokens=8 + i % 32 if args.small else 16 + i % 64, temperature=0.0,
+                                ignore_eos=True)
+        engine.add_request(f"host-{i}", [(i * 7919 + k) % vocab for k in range(prompt)], params)
+    while engine.has_unfinished_requests():
+        engine.step()
+    del engine
+    gc.collect()
+    return fit_host(host_points(log.rows))
+
+
 def _device_record(config: EngineConfig, memory_gb: float | None) -> DeviceRecord:
     info = describe_device(config)
     if info.type == "cuda":
@@ -195,6 +218,8 @@ def run_profile(args: ProfileArgs, command: str = "") -> GpuProfile:
         samples += got
     if not samples:
         raise ConfigError("no step could be timed: " + "; ".join(notes))
+    host = _host_fit(args, first, model)
+    print(f"  host time per step: {host.line()} ({time.monotonic() - start:.0f} s)", flush=True)
     fit_points, held = split_held_back(samples)
     error = fit_error(fit(fit_points), held)
     return GpuProfile(
@@ -203,7 +228,8 @@ def run_profile(args: ProfileArgs, command: str = "") -> GpuProfile:
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()), activation=activation,
         coefficients=dict(fit(samples).coefficients), held_back_error=tuple(error),  # type: ignore[arg-type]
         samples=samples_table(samples), grid=args.grid, measure_s=round(time.monotonic() - start, 1),
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command, notes=tuple(notes))
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command, notes=tuple(notes),
+        host=tuple(host))  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ sequences a step schedules:
     host_s = const_s + per_seq_s * scheduled sequences
 
 It is fitted by least squares (the mean, not the median: every host second delays the next step) on
-steps of the real engine under a replay (`tuner.trials.steplog`), by a refit (`runtime.sim.refit`).
+steps of the real engine under a replay (`runtime.step_log`), by a refit (`runtime.sim.refit`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from runtime.sim.stepmodel import FitError, StepSample, StepShape, Variant, fit,
 
 
 class StepRow(NamedTuple):
-    """One step of a real engine, as `tuner.trials.steplog` logs it."""
+    """One step of a real engine, as `runtime.step_log` logs it."""
 
     variant: str  # stepmodel.Variant.key
     prefill_tokens: int

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
-from runtime import EngineConfig, load_profile
+import pytest
+import torch
+
+from runtime import EngineConfig, load_profile, model_info
 from tests.runtime.sim.sim_factories import write_tiny_profile
-from tests.tuner.cli import mlflow_runs, run_tuner, tuner_args
+from tests.tuner.cli import ROOT, mlflow_runs, run_tuner, tuner_args
 from tuner.traffic import SAMPLE_TRAFFIC
 
 
@@ -65,3 +69,34 @@ def test_sim_plus_real_measures_the_finalists_for_real_and_refits_the_profile(tm
         "; the finalists, the baseline and the verdict measured on the real runtime")
     client, parents, _ = mlflow_runs(tmp_path, "sr")
     assert "profile-refit.json" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+
+
+SHIPPED = ROOT / "conf" / "profiles"
+
+
+@pytest.mark.parametrize("name, model", [("h200-llama-3-8b.json", "llama-3-8b"), ("h200-qwen2-7b.json", "qwen2-7b")])
+def test_the_shipped_h200_profiles_load(name, model):
+    profile = load_profile(SHIPPED / name)
+    assert (profile.model, profile.device.name, profile.device.type, profile.grid) == (model, "NVIDIA H200", "cuda",
+                                                                                      "full")
+    assert profile.info == model_info(model)  # the shape it was measured with is the preset's
+    assert sorted(profile.coefficients) == sorted(f"bs{b}/{d}/{g}" for b in (8, 16, 32) for d in ("auto", "fp8_e4m3")
+                                                  for g in ("eager", "graph"))
+    assert profile.fit_error.points == 132 and profile.command.startswith("python -m runtime.profile model=" + model)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto runs the real runtime on a GPU")
+def test_the_readme_quick_start_simulates_the_shipped_h200_profile_in_under_two_minutes(tmp_path):
+    """The README's quick start as written (cwd: a fresh folder), on this CPU: executor=auto simulates."""
+    command = [sys.executable, "-m", "tuner", f"+traffic={SAMPLE_TRAFFIC}", "tuner.n_trials=6", "slo.ttft_s=0.3",
+               "slo.tpot_s=0.02"]
+    result = run_tuner(command, cwd=tmp_path, timeout=120)  # the issue's bound: under 2 minutes on 2 cores
+    assert result.returncode == 0, result.stderr[-3000:]
+    profile = SHIPPED / "h200-llama-3-8b.json"
+    assert f"executor: sim (no GPU here: {profile} is simulated; executor=real runs the runtime on this CPU)" \
+        in result.stdout
+    assert "simulating llama-3-8b (the profile's model) in place of runtime.model.name tiny" in result.stdout
+    assert f"Figures: simulated (profile: {profile}, llama-3-8b on NVIDIA H200 (" in result.stdout
+    (out,) = (tmp_path / "outputs").iterdir()
+    assert EngineConfig.from_yaml(out / "best.yaml").metadata["hardware"] == \
+        "1 x NVIDIA H200 (simulated: h200-llama-3-8b.json)"

@@ -137,4 +137,4 @@ class TrialOutcome:
     setup_s: float = 0.0  # engine build (and model load unless reused): the per-trial overhead
     model_reused: bool = False
     checkpoint: Probe | None = None  # the probe at the incumbent's capacity, for a pruned trial
-    steps: tuple[tuple, ...] = ()  # job.step_log: runtime.StepRow of tuner.trials.steplog
+    steps: tuple[tuple, ...] = ()  # job.step_log: runtime.StepRow of runtime.step_log

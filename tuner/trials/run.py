@@ -16,14 +16,13 @@ from typing import Protocol
 
 import torch
 
-from runtime import ConfigError, LLMEngine, WeightCache, load_tokenizer, peak_memory_gb, reset_peak_memory
+from runtime import ConfigError, LLMEngine, StepLog, WeightCache, load_tokenizer, peak_memory_gb, reset_peak_memory
 from tuner.traffic import TrafficRequest
 from tuner.trials.job import Probe, QualityResult, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.quality import ProbeSet, compare, run_probe
 from tuner.trials.replay import ReplayClock
 from tuner.trials.replayer import describe_failure, engine_replay, measured_outcome, short_error
-from tuner.trials.steplog import StepLog
 
 
 class Channel(Protocol):

@@ -33,6 +33,7 @@ def test_the_profile_records_device_model_memory_and_fit(tiny_profile_path):
     assert p.fit_error.points == len(rows) // 5
     assert p.command.startswith("python -m runtime.profile model=tiny grid=small")
     assert p.device.torch and p.created
+    assert p.host_model.predict(1) > 0  # the burst's steps measured a host time per step
 
 
 def test_bad_arguments_name_the_key():

@@ -1,4 +1,5 @@
-"""The real engine's step log, for refitting a GPU profile (`tuner.fidelity=sim+real`). No torch.
+"""A real engine's step log: for the profile's host model and for refitting a profile (`tuner.fidelity=sim+real`).
+No torch.
 
 Wraps the engine's step, runner and sampler. A step's device time runs from the runner's call until the
 sampled tokens are on the host (the sampler's host lists wait for the device): the work the step-time
@@ -15,7 +16,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from runtime import LLMEngine, StepRow, StepShaper
+from runtime.engine import LLMEngine
+from runtime.sim.refit import StepRow
+from runtime.sim.shape import StepShaper
 
 
 class StepLog:
