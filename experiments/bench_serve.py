@@ -3,16 +3,18 @@
 The ANCHORS mixed workload (`bench_e2e.workload`: Llama-3-8B shape, random bf16 weights, greedy, EOS
 ignored, 256 requests, prompts uniform in [64, 2048) tokens, outputs in [32, 512)):
     offline  `LLM.generate` on all 256 at once, timed after a warm-up (bench_e2e.run_pagetune)
-    server   `python -m runtime.serve --config <the same knobs>` in a subprocess; after the same warm-up,
-             the 256 requests sent at once as streamed `/v1/completions` (token-id prompts, max_tokens,
-             ignore_eos, include_usage) by the tuner's HTTP replay, which records every chunk, split over
-             --client-processes processes started together (one Python client could lag the server)
+    server   `python -m runtime.serve --config <the same knobs> --engine-mode M` in a subprocess, once per
+             mode of --modes (default process,thread: the engine in its own process, or on a thread of the
+             server's); after the same warm-up, the 256 requests sent at once as streamed
+             `/v1/completions` (token-id prompts, max_tokens, ignore_eos, include_usage) by the tuner's
+             HTTP replay, which records every chunk, split over --client-processes processes started
+             together (one Python client could lag the server)
 Output tok/s = output tokens / wall seconds (offline: the generate call; server: first send to last
-token). The table gives the ratio (target >= 0.9x), the server's TTFT and TPOT under that burst, and
-the tokens per SSE chunk (1.00 unless the server's event loop fell behind its engine and merged them).
---record appends it to experiments/RESULTS.md.
+token). The table has a row per engine mode: the ratio to the one offline run (target >= 0.9x), the
+server's TTFT and TPOT under that burst, and the tokens per SSE chunk (1.00 unless the server's event
+loop fell behind its engine and merged them). --record appends it to experiments/RESULTS.md.
 
-    python3 experiments/bench_serve.py --model llama-3-8b [--record]
+    python3 experiments/bench_serve.py --model llama-3-8b [--modes process,thread] [--record]
     python3 experiments/bench_serve.py --model tiny --requests 8 --device cpu     # a CPU smoke run
 
 Needs the server's wheels (fastapi, uvicorn and theirs) and the tuner's (hydra-core, omegaconf, httpx2).
@@ -42,6 +44,7 @@ from bench_e2e import run_pagetune, warm_up_prompts, workload
 
 from runtime import EngineConfig
 from runtime.model.presets import preset_config
+from runtime.serve.cli import ENGINE_MODES
 from tuner.config import SloConfig
 from tuner.traffic import TrafficRequest
 from tuner.trials.http_replay import http_replay
@@ -59,13 +62,14 @@ def knobs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def server(config: EngineConfig, port: int, timeout_s: float) -> Iterator[str]:
-    """`python -m runtime.serve` on `config` in a subprocess; its API root once /health answers."""
+def server(config: EngineConfig, mode: str, port: int, timeout_s: float) -> Iterator[str]:
+    """`python -m runtime.serve` on `config`, its engine in `mode`, in a subprocess; its API root once /health
+    answers."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         command = [sys.executable, "-m", "runtime.serve", "--config", str(path), "--port", str(port),
-                   "--max-pending", "100000", "--log-level", "warning"]
+                   "--max-pending", "100000", "--log-level", "warning", "--engine-mode", mode]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         proc = subprocess.Popen(command, cwd=ROOT, env=env)
         try:
@@ -112,9 +116,9 @@ def send_burst(base: str, model: str, requests: tuple[TrafficRequest, ...], proc
     return ReplayResult(records, len(requests), last - first, last - first, False, math.nan, math.nan, math.nan)
 
 
-def run_server(model: str, config: EngineConfig, prompts, outs, port: int, timeout_s: float,
+def run_server(model: str, config: EngineConfig, mode: str, prompts, outs, port: int, timeout_s: float,
                processes: int) -> dict[str, float]:
-    with server(config, port, timeout_s) as base:
+    with server(config, mode, port, timeout_s) as base:
         http_replay(base, model, burst(warm_up_prompts(prompts), [8] * 8))
         result = send_burst(base, model, burst(prompts, outs), processes)
     rejected = [r.rejected_reason for r in result.records if r.rejected_reason]
@@ -129,10 +133,12 @@ def run_server(model: str, config: EngineConfig, prompts, outs, port: int, timeo
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    lines = ["| workload | requests | offline LLM.generate tok/s | server, streamed tok/s | server / offline | "
-             "server TTFT p50 / p99 s | server TPOT p50 s | tokens per SSE chunk |", "|---" * 8 + "|"]
+    lines = ["| workload | requests | engine mode | offline LLM.generate tok/s | server, streamed tok/s | "
+             "server / offline | server TTFT p50 / p99 s | server TPOT p50 s | tokens per SSE chunk |",
+             "|---" * 9 + "|"]
     for r in rows:
-        lines.append(f"| {r['workload']} | {r['requests']} | {r['offline_tok_s']:,.0f} | {r['server_tok_s']:,.0f} | "
+        lines.append(f"| {r['workload']} | {r['requests']} | {r['mode']} | {r['offline_tok_s']:,.0f} | "
+                     f"{r['server_tok_s']:,.0f} | "
                      f"{r['ratio']:.2f}x (target >= 0.9x) | {r['ttft_p50_s']:.3g} / {r['ttft_p99_s']:.3g} | "
                      f"{r['tpot_p50_s']:.3g} | {r['tokens_per_chunk']:.2f} |")
     return "\n".join(lines)
@@ -147,9 +153,14 @@ def main() -> None:
     parser.add_argument("--device-memory-gb", type=float, default=1.0)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--client-processes", type=int, default=4, help="processes sending the burst")
+    parser.add_argument("--modes", default=",".join(ENGINE_MODES),
+                        help=f"engine modes to serve with, comma-separated, a run and a row each (of {ENGINE_MODES})")
     parser.add_argument("--start-timeout-s", type=float, default=900.0, help="model load and graph capture")
     add_record_args(parser)
     args = parser.parse_args()
+    modes = args.modes.split(",")
+    if not modes or set(modes) - set(ENGINE_MODES):
+        parser.error(f"--modes: a comma-separated list of {ENGINE_MODES}, got {args.modes!r}")
     if args.device == "cpu":  # one thread each: on a small shared CPU, two fight over the cores (8x slower)
         torch.set_num_threads(1)
         os.environ["OMP_NUM_THREADS"] = "1"  # the server's process
@@ -157,15 +168,17 @@ def main() -> None:
     offline = run_pagetune(args.model, prompts, outs, **knobs(args))
     print(f"offline: {offline['tokens']} tokens in {offline['seconds']:.2f} s", flush=True)
     config = EngineConfig.from_flat(args.model, **knobs(args))
-    served = run_server(args.model, config, prompts, outs, args.port, args.start_timeout_s,
-                        args.client_processes)
-    print(f"server: {served['tokens']} tokens in {served['seconds']:.2f} s", flush=True)
-    if served["tokens"] != offline["tokens"]:
-        raise RuntimeError(f"the server generated {served['tokens']} tokens, offline {offline['tokens']}")
-    row = {"workload": "mixed", "requests": args.requests, "offline_tok_s": offline["tok_s"],
-           "server_tok_s": served["tok_s"], "ratio": served["tok_s"] / offline["tok_s"],
-           **{k: served[k] for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tokens_per_chunk")}}
-    table = render([row])
+    rows = []
+    for mode in modes:
+        served = run_server(args.model, config, mode, prompts, outs, args.port, args.start_timeout_s,
+                            args.client_processes)
+        print(f"server, engine in a {mode}: {served['tokens']} tokens in {served['seconds']:.2f} s", flush=True)
+        if served["tokens"] != offline["tokens"]:
+            raise RuntimeError(f"the server generated {served['tokens']} tokens, offline {offline['tokens']}")
+        rows.append({"workload": "mixed", "requests": args.requests, "mode": mode, "offline_tok_s": offline["tok_s"],
+                     "server_tok_s": served["tok_s"], "ratio": served["tok_s"] / offline["tok_s"],
+                     **{k: served[k] for k in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tokens_per_chunk")}})
+    table = render(rows)
     print(table)
     if args.record:
         record(header(f"Streaming server vs offline generate ({args.model} shape, random bf16 weights)") + "\n"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runtime.backend import Backend, model_backend
 from runtime.config import EngineConfig
@@ -36,6 +36,28 @@ if TYPE_CHECKING:
     from runtime.detokenizer import IncrementalDetokenizer
     from runtime.model.llama import LlamaForCausalLM
     from runtime.model.tokenizer import Tokenizer
+
+
+class RequestLimits(NamedTuple):
+    """What every request must fit, resolved when the engine is built. Reads no engine state: the server asks
+    it before a request enters, in a process that may hold no engine (`runtime.serve.engine_process`)."""
+
+    vocab_size: int
+    max_model_len: int
+
+    def reject_reason(self, prompt: list[int], params: SamplingParams) -> str | None:
+        """Why a request can never fit (it is rejected), or None."""
+        vocab = self.vocab_size
+        if not prompt:
+            return "empty prompt"
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            return f"prompt token ids must be in [0, {vocab}), got range [{min(prompt)}, {max(prompt)}]"
+        total = len(prompt) + params.max_tokens
+        if total > self.max_model_len:
+            return (f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
+                    f"exceeds max_model_len {self.max_model_len}")
+        return None
+
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.perf_counter,
@@ -113,19 +135,13 @@ class LLMEngine:
         self.requests[request_id] = req
         self.scheduler.add(seq)
 
+    @property
+    def limits(self) -> RequestLimits:
+        return RequestLimits(self.vocab_size, self.max_model_len)
+
     def reject_reason(self, prompt: list[int], params: SamplingParams) -> str | None:
-        """Why `add_request` would reject this request (it can never fit), or None. Reads only the config:
-        safe to ask from another thread (the server checks a request before it enters the engine)."""
-        vocab = self.vocab_size
-        if not prompt:
-            return "empty prompt"
-        if min(prompt) < 0 or max(prompt) >= vocab:
-            return f"prompt token ids must be in [0, {vocab}), got range [{min(prompt)}, {max(prompt)}]"
-        total = len(prompt) + params.max_tokens
-        if total > self.max_model_len:
-            return (f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) = {total} "
-                    f"exceeds max_model_len {self.max_model_len}")
-        return None
+        """Why `add_request` would reject this request (it can never fit), or None: `RequestLimits.reject_reason`."""
+        return self.limits.reject_reason(prompt, params)
 
     def abort(self, request_id: str) -> None:
         req = self.requests.pop(request_id, None)

@@ -1,9 +1,9 @@
-"""The FastAPI app: OpenAI-compatible routes over an `AsyncEngine`.
+"""The FastAPI app: OpenAI-compatible routes over an `AsyncEngine` (the engine in its own process, or thread).
 
     POST /v1/completions        text or token-id prompt; JSON, or SSE with `stream: true`
     POST /v1/chat/completions   the model's chat template; JSON or SSE
     GET  /v1/models             the served model, with its max_model_len
-    GET  /health                200 while the engine thread runs, else 503
+    GET  /health                200 while the engine serves, else 503 with its error
     GET  /metrics               Prometheus text (runtime.serve.metrics)
 
 Errors are OpenAI's JSON shape: 400 for a malformed body, an unsupported field, text for a model
@@ -11,6 +11,9 @@ without a tokenizer, or a request that can never fit (prompt + max_tokens > max_
 message); 404 for another model's name; 503 when `max_pending` requests are in flight (see
 `runtime.serve.async_engine`). A client that disconnects aborts its request: a stream is cancelled by
 Starlette when the client leaves, a plain request is watched for the disconnect as vLLM does.
+This side makes the text (`runtime.serve.streams`: the tokenizer, or token ids as text) and the SSE
+events from the engine's token deltas; it needs the model's name, tokenizer and `RequestLimits`, never
+its weights.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import NamedTuple
@@ -26,13 +30,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from runtime.engine import LLMEngine
-from runtime.model.tokenizer import NoTokenizerError, encode_chat, encode_prompt, require_tokenizer
-from runtime.outputs import RequestOutput
+from runtime.model.tokenizer import NoTokenizerError, Tokenizer, encode_chat, encode_prompt, require_tokenizer
 from runtime.sampling_params import SamplingParams
 from runtime.serve import protocol as wire
 from runtime.serve.async_engine import AsyncEngine, EngineDead, Overloaded
+from runtime.serve.engine_core import EngineHandle
 from runtime.serve.metrics import ServerMetrics
+from runtime.serve.streams import ChunkTemplate, TextDeltas
 
 __all__ = ["ApiError", "build_app"]
 
@@ -51,20 +55,23 @@ class _Shape(NamedTuple):
     prefix: str  # of response ids
     chunk_object: str
     full: Callable[..., dict]  # (id, model, text, finish, prompt tokens, tokens) -> the JSON answer
-    chunk: Callable[[str, str, str, str | None], dict]  # (id, model, delta, finish) -> one SSE event
+    chunk: Callable[[str, str, str, str | None, int], dict]  # (id, model, delta, finish, created) -> one event
+
+    def template(self, rid: str, model: str, created: int) -> ChunkTemplate:
+        return ChunkTemplate.of(lambda delta, finish: self.chunk(rid, model, delta, finish, created))
 
 
 COMPLETION = _Shape("cmpl", "text_completion", wire.completion, wire.completion_chunk)
-CHAT = _Shape("chatcmpl", "chat.completion.chunk", wire.chat,
-              lambda rid, model, delta, finish: wire.chat_chunk(rid, model, {"content": delta}, finish))
+CHAT = _Shape("chatcmpl", "chat.completion.chunk", wire.chat, lambda rid, model, delta, finish, created:
+              wire.chat_chunk(rid, model, {"content": delta}, finish, created))
 
 
 class _Server:
-    def __init__(self, engine: LLMEngine, max_pending: int) -> None:
-        self.engine = engine
-        self.model = engine.config.model.name
+    def __init__(self, handle: EngineHandle, model: str, tokenizer: Tokenizer | None, max_pending: int) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
         self.metrics = ServerMetrics()
-        self.runner = AsyncEngine(engine, max_pending, self.metrics.observe)
+        self.runner = AsyncEngine(handle, max_pending, self.metrics.observe)
         self._ids = itertools.count()
 
     def check_model(self, name: str) -> None:
@@ -77,7 +84,7 @@ class _Server:
                               seed=body.seed, max_tokens=max_tokens, ignore_eos=body.ignore_eos)
 
     def submit(self, shape: _Shape, prompt: list[int], params: SamplingParams) -> tuple[str, asyncio.Queue]:
-        reason = self.engine.reject_reason(prompt, params)
+        reason = self.runner.limits.reject_reason(prompt, params)
         if reason is not None:
             raise ApiError(400, reason)
         rid = f"{shape.prefix}-{next(self._ids)}"
@@ -89,27 +96,22 @@ class _Server:
             raise ApiError(503, str(e), "server_error") from None
 
 
-def _text(out: RequestOutput) -> str:
-    c = out.outputs[0]
-    return c.text if c.text is not None else wire.token_text(c.token_ids)
-
-
-def _event(payload: dict | str) -> str:
-    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+def _event(payload: dict | str) -> bytes:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
 
 
 async def _stream(server: _Server, shape: _Shape, rid: str, q: asyncio.Queue, include_usage: bool,
-                  prompt_tokens: int) -> AsyncIterator[str]:
+                  prompt_tokens: int) -> AsyncIterator[bytes]:
+    """The SSE events of a stream: per delta one chunk, written from the stream's template."""
+    created = int(time.time())
     if shape is CHAT:
-        yield _event(wire.chat_chunk(rid, server.model, {"role": "assistant", "content": ""}, None))
-    sent, tokens = 0, 0  # characters of text, tokens
-    async for out in server.runner.outputs(rid, q):
-        c = out.outputs[0]
-        delta = wire.token_text(c.token_ids, tokens) if c.text is None else c.text[sent:]
-        sent, tokens = sent + len(delta), len(c.token_ids)
-        yield _event(shape.chunk(rid, server.model, delta, c.finish_reason if out.finished else None))
+        yield _event(wire.chat_chunk(rid, server.model, {"role": "assistant", "content": ""}, None, created))
+    chunks, text = shape.template(rid, server.model, created), TextDeltas(server.tokenizer)
+    async for delta in server.runner.outputs(rid, q):
+        finish = delta.finish_reason
+        yield chunks.event(text.add(delta.token_ids, finish is not None), finish)
     if include_usage:
-        yield _event(wire.usage_chunk(rid, server.model, shape.chunk_object, prompt_tokens, tokens))
+        yield _event(wire.usage_chunk(rid, server.model, shape.chunk_object, prompt_tokens, text.tokens, created))
     yield _event("[DONE]")
 
 
@@ -118,12 +120,13 @@ async def _until_disconnect(request: Request) -> None:
         pass
 
 
-async def _final(server: _Server, rid: str, q: asyncio.Queue) -> RequestOutput:
-    final = None
-    async for out in server.runner.outputs(rid, q):
-        final = out
-    assert final is not None  # outputs() ends with the finished output or raises
-    return final
+async def _final(server: _Server, rid: str, q: asyncio.Queue) -> tuple[TextDeltas, str | None]:
+    """The whole text (and token count) of a request, and its finish reason."""
+    text, finish = TextDeltas(server.tokenizer), None
+    async for delta in server.runner.outputs(rid, q):
+        finish = delta.finish_reason
+        text.add(delta.token_ids, finish is not None)
+    return text, finish
 
 
 async def _answer(server: _Server, request: Request, shape: _Shape, body: wire.SamplingFields, prompt: list[int],
@@ -139,15 +142,14 @@ async def _answer(server: _Server, request: Request, shape: _Shape, body: wire.S
     if not final.done():  # the client left: cancelling aborts the request (AsyncEngine.outputs)
         final.cancel()
         return Response(status_code=499)
-    out = final.result()
-    return JSONResponse(shape.full(rid, server.model, _text(out), out.outputs[0].finish_reason, len(prompt),
-                                   len(out.outputs[0].token_ids)))
+    text, finish = final.result()
+    return JSONResponse(shape.full(rid, server.model, text.text, finish, len(prompt), text.tokens))
 
 
 def _prompt_ids(server: _Server, prompt: str | list[int]) -> list[int]:
     if isinstance(prompt, list):
         return prompt
-    return encode_prompt(require_tokenizer(server.engine.tokenizer, server.model), prompt)
+    return encode_prompt(require_tokenizer(server.tokenizer, server.model), prompt)
 
 
 def _routes(app: FastAPI, server: _Server) -> None:
@@ -162,24 +164,25 @@ def _routes(app: FastAPI, server: _Server) -> None:
     async def chat(body: wire.ChatRequest, request: Request) -> Response:
         server.check_model(body.model)
         body.check_supported()
-        tokenizer = require_tokenizer(server.engine.tokenizer, server.model)
+        tokenizer = require_tokenizer(server.tokenizer, server.model)
         prompt = encode_chat(tokenizer, [m.model_dump() for m in body.messages])
-        limit = body.token_limit or max(1, server.engine.max_model_len - len(prompt))
+        limit = body.token_limit or max(1, server.runner.limits.max_model_len - len(prompt))
         return await _answer(server, request, CHAT, body, prompt, server.params(body, limit))
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": server.model, "object": "model", "created": 0,
-                                            "owned_by": "pagetune", "max_model_len": server.engine.max_model_len}]}
+        card = {"id": server.model, "object": "model", "created": 0, "owned_by": "pagetune",
+                "max_model_len": server.runner.limits.max_model_len}
+        return {"object": "list", "data": [card]}
 
     @app.get("/health")
     async def health() -> Response:
         error = server.runner.error
-        return Response(status_code=200) if error is None else PlainTextResponse(repr(error), status_code=503)
+        return Response(status_code=200) if error is None else PlainTextResponse(error, status_code=503)
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        text = server.metrics.render(server.engine.last_step, server.engine.totals.preempted)
+        text = server.metrics.render(server.runner.last_step, server.runner.preempted)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
@@ -206,9 +209,10 @@ def _errors(app: FastAPI) -> None:
         return reply(400, str(e))
 
 
-def build_app(engine: LLMEngine, max_pending: int) -> FastAPI:
-    """The app for `engine` (owned by the app from now on: its thread starts and stops with the app)."""
-    server = _Server(engine, max_pending)
+def build_app(handle: EngineHandle, model: str, tokenizer: Tokenizer | None, max_pending: int) -> FastAPI:
+    """The app serving `model` on `handle` (owned by the app from now on: it starts and closes with the app's
+    lifespan); `tokenizer`: the model's, for text prompts, chat and output text (None: token ids only)."""
+    server = _Server(handle, model, tokenizer, max_pending)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

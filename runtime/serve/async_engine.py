@@ -1,39 +1,34 @@
-"""The engine behind the server: one thread steps it; each request reads its outputs from its own asyncio queue.
+"""The HTTP side of the engine: a queue per request, aborts, the in-flight bound (503), the engine's health.
 
-    event loop (HTTP handlers)                      engine thread
-    submit(id, prompt, params) --_Add-->            commands applied between steps
-    abort(id)                  --_Abort-->          engine.abort(id): its blocks freed at once
-    outputs(id, queue) <--call_soon_threadsafe--    engine.step() -> RequestOutput per request per step
+    event loop (HTTP handlers)                        engine handle (engine_process, or engine_thread)
+    submit(id, prompt, params) --Add-->  handle.send     applied between steps
+    abort(id)                  --Abort-> handle.send     the engine frees the request's blocks at once
+    outputs(id, queue) <--call_soon_threadsafe-- deliver(StepOutputs), from the handle's thread
       (left early: abort)
 
-Only the engine thread touches the engine (the checks in `reject_reason` read its config alone). Outputs
-are CUMULATIVE: one per step that adds a token, so a stream sends a token as soon as it is sampled; a
-consumer that falls behind (the event loop busier than the engine) gets the latest output only, which
-holds every token of the ones it skipped (vLLM's output collector merges the same way). A step's outputs
-cross to the event loop in one hand-over.
+A request's outputs are `Delta`s: the token ids new since its last one. One arrives per step that adds
+a token, so a stream sends a token as soon as it is sampled; a consumer that falls behind (the event
+loop busier than the engine) gets the deltas queued meanwhile merged into one (vLLM's output collector
+merges the same way). A step's outputs cross to the event loop in one hand-over.
 Overload is answered at the door: with `max_pending` requests in flight (running or waiting in the
 engine), `submit` raises `Overloaded` and the server answers 503; the engine's own waiting queue is
-thereby bounded. An exception in the engine thread fails every open request and marks the engine dead
-(`/health` then answers 503).
+thereby bounded. An engine that fails (it raised, or its process died) fails every open request and
+marks the engine dead: `error` says why, and `/health` answers 503 with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import threading
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
-from typing import NamedTuple
 
-from runtime.engine import LLMEngine
-from runtime.outputs import RequestOutput
-from runtime.sampling_params import RequestOutputKind, SamplingParams
+from runtime.engine import RequestLimits
+from runtime.sampling_params import SamplingParams
+from runtime.serve.engine_core import Abort, Add, Delta, EngineHandle, StepOutputs, Timing
+from runtime.stats import StepStats
 
 __all__ = ["AsyncEngine", "EngineDead", "Overloaded"]
-
-IDLE_WAIT_S = 0.05  # how long an idle engine thread blocks on its command queue before checking for stop
 
 
 class Overloaded(RuntimeError):
@@ -41,43 +36,38 @@ class Overloaded(RuntimeError):
 
 
 class EngineDead(RuntimeError):
-    """The engine thread raised; the message carries its error."""
+    """The engine failed; the message carries its error."""
 
 
-OnFinished = Callable[[RequestOutput], None]  # called in the engine thread for every finished request
-
-
-class _Add(NamedTuple):
-    request_id: str
-    prompt: list[int]
-    params: SamplingParams
-
-
-class _Abort(NamedTuple):
-    request_id: str
+OnFinished = Callable[[Timing], None]  # called in the handle's thread for every request that finished
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine, max_pending: int, on_finished: OnFinished = lambda out: None) -> None:
+    """The `OutputSink` of an `EngineHandle`, and what the routes call."""
+
+    def __init__(self, handle: EngineHandle, max_pending: int, on_finished: OnFinished = lambda t: None) -> None:
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
-        self.engine = engine
+        self.handle = handle
         self.max_pending = max_pending
         self.on_finished = on_finished
-        self.error: BaseException | None = None
-        self._commands: queue.SimpleQueue[_Add | _Abort] = queue.SimpleQueue()
+        self.error: str | None = None  # why the engine stopped; None while it serves
+        self.last_step: StepStats | None = None  # the engine's latest step, as its last message said
+        self.preempted = 0  # sequences preempted since the engine started
+        self.busy = False  # the engine held requests after its latest step
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
-        self._lock = threading.Lock()  # guards _streams: written by the loop, read by the engine thread
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pagetune-engine", daemon=True)
+        self._lock = threading.Lock()  # guards _streams: written by the loop, read by the handle's thread
+
+    @property
+    def limits(self) -> RequestLimits:
+        return self.handle.limits
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread.start()
+        self.handle.start(self)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+        self.handle.close()
 
     @property
     def in_flight(self) -> int:
@@ -85,85 +75,70 @@ class AsyncEngine:
 
     # ---- the event loop's side -----------------------------------------------------------------
     def submit(self, request_id: str, prompt: list[int], params: SamplingParams) -> asyncio.Queue:
-        """Queue a request (already checked with `engine.reject_reason`); its outputs arrive on the queue."""
+        """Queue a request (already checked with `limits.reject_reason`); its deltas arrive on the queue."""
         if self.error is not None:
-            raise EngineDead(f"the engine stopped: {self.error!r}")
+            raise EngineDead(f"the engine stopped: {self.error}")
         q: asyncio.Queue = asyncio.Queue()
         with self._lock:
             if len(self._streams) >= self.max_pending:
                 raise Overloaded(f"{len(self._streams)} requests in flight, the server's limit (--max-pending)")
             self._streams[request_id] = (asyncio.get_running_loop(), q)
-        self._commands.put(_Add(request_id, prompt, replace(params, output_kind=RequestOutputKind.CUMULATIVE)))
+        self.handle.send(Add(request_id, prompt, params))
         return q
 
     def abort(self, request_id: str) -> None:
         """Stop a request (its client left): no more outputs, its blocks freed before the next step."""
         with self._lock:
             self._streams.pop(request_id, None)
-        self._commands.put(_Abort(request_id))
+        self.handle.send(Abort(request_id))
 
-    async def outputs(self, request_id: str, q: asyncio.Queue) -> AsyncIterator[RequestOutput]:
-        """A submitted request's outputs, one per step, the last one finished. Left early (the consumer
-        stops iterating or is cancelled, as when its client disconnects), the request is aborted."""
+    async def outputs(self, request_id: str, q: asyncio.Queue) -> AsyncIterator[Delta]:
+        """A submitted request's deltas, one per step (merged when the consumer fell behind), the last one
+        with its finish reason. Left early (the consumer stops iterating or is cancelled, as when its client
+        disconnects), the request is aborted."""
         finished = False
         try:
             while not finished:
-                out = await q.get()
-                while not q.empty() and not isinstance(out, BaseException):  # the consumer fell behind:
-                    out = q.get_nowait()  # the latest CUMULATIVE output holds every token of the skipped ones
-                if isinstance(out, BaseException):
-                    raise EngineDead(f"the engine stopped: {out!r}")
-                finished = out.finished
-                yield out
+                delta = await q.get()
+                while not q.empty() and not isinstance(delta, BaseException):  # the consumer fell behind
+                    delta = _merge(delta, q.get_nowait())
+                if isinstance(delta, BaseException):
+                    raise delta
+                finished = delta.finish_reason is not None
+                yield delta
         finally:
             if not finished:
                 self.abort(request_id)
 
-    # ---- the engine thread ---------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._apply_commands(block=not self.engine.has_unfinished_requests())
-                if self.engine.has_unfinished_requests():
-                    self._deliver(self.engine.step())
-        except BaseException as e:  # the server stays up to say so (/health), every open request fails
-            self.error = e
-            self._fail_all(e)
-
-    def _apply_commands(self, block: bool) -> None:
-        try:
-            command = self._commands.get(timeout=IDLE_WAIT_S) if block else self._commands.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            if isinstance(command, _Add):
-                self.engine.add_request(*command)
-            else:
-                self.engine.abort(command.request_id)
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return
-
-    def _deliver(self, outputs: list[RequestOutput]) -> None:
+    # ---- the handle's thread (OutputSink) ------------------------------------------------------
+    def deliver(self, step: StepOutputs) -> None:
         """A step's outputs to their queues: one hand-over per event loop, not one per output."""
-        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
+        self.last_step, self.preempted, self.busy = step.stats, step.preempted, step.busy
+        for timing in step.finished:
+            self.on_finished(timing)
         with self._lock:
-            targets = [self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
-                       for out in outputs]
-        for out, target in zip(outputs, targets):
-            if out.finished and out.outputs[0].finish_reason != "abort":
-                self.on_finished(out)
+            targets = [self._streams.pop(rid, None) if finish is not None else self._streams.get(rid)
+                       for rid, finish in zip(step.request_ids, step.finish_reasons)]
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
+        for delta, target in zip(step.deltas(), targets):
             if target is not None:  # None: aborted, its client is gone
-                batches.setdefault(target[0], []).append((target[1], out))
+                batches.setdefault(target[0], []).append((target[1], delta))
         for loop, items in batches.items():
             _hand_over(loop, items)
 
-    def _fail_all(self, error: BaseException) -> None:
+    def fail(self, error: str) -> None:
+        self.error = error
         with self._lock:
             streams, self._streams = self._streams, {}
         for loop, q in streams.values():
-            _hand_over(loop, [(q, error)])
+            _hand_over(loop, [(q, EngineDead(f"the engine stopped: {error}"))])
+
+
+def _merge(earlier: Delta | BaseException, later: Delta | BaseException) -> Delta | BaseException:
+    if isinstance(later, BaseException):
+        return later
+    assert isinstance(earlier, Delta)
+    return Delta(later.request_id, earlier.token_ids + later.token_ids, later.finish_reason)
 
 
 def _hand_over(loop: asyncio.AbstractEventLoop, items: list[tuple[asyncio.Queue, object]]) -> None:

@@ -1,12 +1,19 @@
 """The server's command line.
 
     python -m runtime.serve --config best.yaml [--host 127.0.0.1] [--port 8000] [--force] [--max-pending N]
+                            [--engine-mode process|thread]
     python -m runtime.serve --model smollm2-135m              # a plain start: the runtime's defaults
 
 A tuned config is refused when it was measured for another model, or on other hardware than this
 machine's (its knobs, memory share and batch sizes first, were chosen there): the message says which,
 and `--force` serves it anyway. `--model` with `--config` serves that config's knobs on another model
 (refused unless `--force`, as it is another model).
+
+`--engine-mode process` (the default) runs the engine in a child process (`serve.engine_process`): the
+server's HTTP and streaming work then runs beside the engine's steps instead of taking turns with them
+under one interpreter lock. `--engine-mode thread` steps it on a thread of the server's process
+(`serve.engine_thread`), to compare. A config, memory or model error while loading is one line on
+stderr and exit code 2, in either mode, before the port is bound.
 """
 
 from __future__ import annotations
@@ -15,10 +22,16 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from runtime.config import ConfigError, EngineConfig, ModelConfig
 
-__all__ = ["deployment_problems", "load_config", "main"]
+if TYPE_CHECKING:
+    from runtime.serve.engine_core import EngineHandle
+
+__all__ = ["ENGINE_MODES", "deployment_problems", "load_config", "main", "start_engine"]
+
+ENGINE_MODES = ("process", "thread")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-pending", type=int, default=None,
                    help="requests in flight (running + waiting) beyond which the server answers 503; "
                         "default 4 x scheduler.max_num_seqs")
+    p.add_argument("--engine-mode", choices=ENGINE_MODES, default="process",
+                   help="process (the default): the engine in a child process, its own interpreter lock (the "
+                        "HTTP side's work does not slow its steps); thread: on a thread of the server's process")
     p.add_argument("--log-level", default="info")
     return p
 
@@ -65,23 +81,44 @@ def load_config(path: str | None, model: str | None, force: bool,
     return config if model is None else replace(config, model=replace(config.model, name=model))
 
 
+def start_engine(config: EngineConfig, mode: str, model: Any = None) -> EngineHandle:
+    """The engine for `config`, loaded, in `mode` (ENGINE_MODES); `model`: weights already loaded in this
+    process to reuse (thread mode only). Raises ConfigError (memory, model, config) or EngineStartError."""
+    if mode == "process":
+        if model is not None:
+            raise ValueError("weights loaded in this process cannot serve an engine process: use mode='thread'")
+        from runtime.serve.engine_process import EngineProcess
+
+        return EngineProcess(config)
+    from runtime.engine import LLMEngine
+    from runtime.serve.engine_thread import EngineThread
+
+    return EngineThread(LLMEngine(config, model=model))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import uvicorn  # the server's dependencies, and torch, only once the arguments are read
 
     from runtime.device import describe_device
-    from runtime.engine import LLMEngine
     from runtime.model.tokenizer import load_tokenizer
     from runtime.serve.app import build_app
+    from runtime.serve.engine_process import EngineStartError
 
     try:
         config = load_config(args.config, args.model, args.force, lambda c: describe_device(c).hardware)
-        engine = LLMEngine(config, tokenizer=load_tokenizer(config.model.name))
-    except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included
+        tokenizer = load_tokenizer(config.model.name)
+        handle = start_engine(config, args.engine_mode)
+    except (ConfigError, EngineStartError) as e:  # InsufficientMemoryError and ModelLoadError included
         print(f"error: {e}", file=sys.stderr)
         return 2
     max_pending = args.max_pending or 4 * config.scheduler.max_num_seqs
-    print(f"serving {config.model.name} (max_model_len {engine.max_model_len}) on http://{args.host}:{args.port}/v1; "
-          f"503 beyond {max_pending} requests in flight", flush=True)
-    uvicorn.run(build_app(engine, max_pending), host=args.host, port=args.port, log_level=args.log_level)
+    print(f"serving {config.model.name} (max_model_len {handle.limits.max_model_len}, engine in a "
+          f"{args.engine_mode}) on http://{args.host}:{args.port}/v1; 503 beyond {max_pending} requests in flight",
+          flush=True)
+    try:
+        uvicorn.run(build_app(handle, config.model.name, tokenizer, max_pending), host=args.host, port=args.port,
+                    log_level=args.log_level)
+    finally:  # also when uvicorn stops before its lifespan (a port in use): no engine process left behind
+        handle.close()
     return 0

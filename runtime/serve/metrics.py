@@ -1,8 +1,8 @@
 """`/metrics` in the Prometheus text format (0.0.4), written here: no client library needed.
 
 Names follow vLLM's (`vllm:time_to_first_token_seconds` is `pagetune:time_to_first_token_seconds`), so
-dashboards built for one read the other. Histograms are observed by the engine thread when a request
-finishes; gauges are read from the engine's last step when scraped.
+dashboards built for one read the other. Histograms are observed when a request finishes (from the
+`Timing` its engine step sent); gauges are read from the engine's last step when scraped.
 
     pagetune:time_to_first_token_seconds     histogram  first token - arrival
     pagetune:time_per_output_token_seconds   histogram  (finish - first token) / (tokens - 1), n > 1
@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import threading
 
-from runtime.outputs import RequestOutput
+from runtime.serve.engine_core import Timing
 from runtime.stats import StepStats
 
 __all__ = ["Histogram", "ServerMetrics"]
@@ -61,21 +61,20 @@ class ServerMetrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.successes = 0
-        self._lock = threading.Lock()  # observed by the engine thread, read by the event loop
+        self._lock = threading.Lock()  # observed by the engine handle's thread, read by the event loop
 
-    def observe(self, out: RequestOutput) -> None:
+    def observe(self, t: Timing) -> None:
         """A finished request's latencies (requests that never produced a token are not observed)."""
-        m = out.metrics
-        if m.first_token_time is None or m.finished_time is None:
+        if t.first_token_time is None or t.finished_time is None:
             return
-        n = len(out.outputs[0].token_ids)
+        n = t.output_tokens
         with self._lock:
-            self.ttft.observe(m.first_token_time - m.arrival_time)
+            self.ttft.observe(t.first_token_time - t.arrival_time)
             if n > 1:
-                self.tpot.observe((m.finished_time - m.first_token_time) / (n - 1))
-            self.e2e.observe(m.finished_time - m.arrival_time)
-            self.prompt_tokens += len(out.prompt_token_ids)
-            self.generation_tokens += sum(len(c.token_ids) for c in out.outputs)
+                self.tpot.observe((t.finished_time - t.first_token_time) / (n - 1))
+            self.e2e.observe(t.finished_time - t.arrival_time)
+            self.prompt_tokens += t.prompt_tokens
+            self.generation_tokens += n
             self.successes += 1
 
     def render(self, step: StepStats | None, preempted: int) -> str:

@@ -9,6 +9,7 @@ ignored; unknown fields are ignored, as OpenAI's own server does with new client
 Text without a tokenizer (the random-weight presets, e.g. `tiny`): prompts must be token ids, chat is
 a 400, and a choice's `text` is the generated token ids in decimal separated by single spaces
 ("17 4 99"); streamed deltas continue that string (" 4"), so the deltas concatenate to it.
+A stream's chunks carry one `created` (the stream's start), as OpenAI's do.
 """
 
 from __future__ import annotations
@@ -91,11 +92,11 @@ def error_body(message: str, status: int, kind: str = "invalid_request_error", p
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
-def token_text(token_ids: list[int], start: int = 0) -> str:
-    """The text of generated tokens without a tokenizer: the ids in decimal, space-separated. From `start`:
-    the piece that continues the text of the first `start` ids (a stream's delta, with its leading space)."""
-    piece = " ".join(map(str, token_ids[start:]))
-    return " " + piece if start and piece else piece
+def token_text(token_ids: list[int], after: int = 0) -> str:
+    """The text of generated tokens without a tokenizer: the ids in decimal, space-separated. After `after`
+    earlier ids: the piece that continues their text (a stream's delta, with its leading space)."""
+    piece = " ".join(map(str, token_ids))
+    return " " + piece if after and piece else piece
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -109,8 +110,8 @@ def completion(rid: str, model: str, text: str, finish: str | None, prompt_token
             "usage": usage(prompt_tokens, tokens)}
 
 
-def completion_chunk(rid: str, model: str, delta: str, finish: str | None) -> dict:
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+def completion_chunk(rid: str, model: str, delta: str, finish: str | None, created: int) -> dict:
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
             "choices": [{"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}]}
 
 
@@ -121,12 +122,12 @@ def chat(rid: str, model: str, text: str, finish: str | None, prompt_tokens: int
             "usage": usage(prompt_tokens, tokens)}
 
 
-def chat_chunk(rid: str, model: str, delta: dict[str, str], finish: str | None) -> dict:
-    return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+def chat_chunk(rid: str, model: str, delta: dict[str, str], finish: str | None, created: int) -> dict:
+    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
 
-def usage_chunk(rid: str, model: str, kind: str, prompt_tokens: int, tokens: int) -> dict:
+def usage_chunk(rid: str, model: str, kind: str, prompt_tokens: int, tokens: int, created: int) -> dict:
     """The last chunk of a stream with `stream_options.include_usage`: no choices, the usage."""
-    return {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [],
+    return {"id": rid, "object": kind, "created": created, "model": model, "choices": [],
             "usage": usage(prompt_tokens, tokens)}

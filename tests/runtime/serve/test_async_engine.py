@@ -1,4 +1,5 @@
-"""`AsyncEngine` without HTTP: an engine thread that raises fails every open request and refuses new ones."""
+"""`AsyncEngine` without HTTP: an engine thread that raises fails every open request and refuses new ones;
+a consumer that falls behind gets the deltas queued meanwhile merged into one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pytest
 
 from runtime import SamplingParams
 from runtime.serve.async_engine import AsyncEngine, EngineDead, Overloaded
+from runtime.serve.engine_core import Add, Delta
+from runtime.serve.engine_thread import EngineThread
 
 
 class _BrokenEngine:
@@ -27,7 +30,7 @@ class _BrokenEngine:
 
 
 def test_an_engine_error_fails_the_open_request_and_refuses_new_ones():
-    runner = AsyncEngine(_BrokenEngine(), max_pending=4)
+    runner = AsyncEngine(EngineThread(_BrokenEngine()), max_pending=4)
     runner.start()
 
     async def main():
@@ -39,12 +42,22 @@ def test_an_engine_error_fails_the_open_request_and_refuses_new_ones():
 
     asyncio.run(main())
     runner.stop()
-    assert repr(runner.error) == "RuntimeError('boom')" and runner.in_flight == 0
+    assert runner.error == "RuntimeError('boom')" and runner.in_flight == 0
+
+
+class _Handle:
+    """An engine handle that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send(self, command) -> None:
+        self.sent.append(command)
 
 
 def test_max_pending_is_checked_before_anything_reaches_the_engine():
-    engine = _BrokenEngine()
-    runner = AsyncEngine(engine, max_pending=1)  # not started: submissions wait in the command queue
+    handle = _Handle()
+    runner = AsyncEngine(handle, max_pending=1)
 
     async def main():
         runner.submit("a", [1], SamplingParams())
@@ -52,4 +65,20 @@ def test_max_pending_is_checked_before_anything_reaches_the_engine():
             runner.submit("b", [1], SamplingParams())
 
     asyncio.run(main())
-    assert (runner.in_flight, engine.added) == (1, [])
+    assert (runner.in_flight, handle.sent) == (1, [Add("a", [1], SamplingParams())])
+
+
+def test_a_consumer_that_falls_behind_gets_the_deltas_merged():
+    runner = AsyncEngine(_Handle(), max_pending=1)
+
+    async def main():
+        q = asyncio.Queue()
+        for ids in ([1], [2, 3], [4]):
+            q.put_nowait(Delta("x", ids, None))
+        outs = runner.outputs("x", q)
+        first = await outs.__anext__()
+        q.put_nowait(Delta("x", [5], None))
+        q.put_nowait(Delta("x", [6], "length"))
+        return [first, *[d async for d in outs]]
+
+    assert asyncio.run(main()) == [Delta("x", [1, 2, 3, 4], None), Delta("x", [5, 6], "length")]

@@ -1,4 +1,5 @@
-"""The server on a real model (smollm2-135m: tokenizer, chat template) through the official `openai` client."""
+"""The server on a real model (smollm2-135m: tokenizer, chat template) through the official `openai` client: the
+server's process makes the text from the engine process's token deltas, as the offline engine makes it."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from tests.runtime.test_text import FRANCE
 
 
 @pytest.fixture(scope="module")
-def client(smollm2_llm):
-    """A server on the session's smollm2 weights (the offline reference's), its own engine and KV pool."""
+def client():
+    """A server on smollm2 (the offline reference's config), its engine in a child process that loads it."""
     config = server_config("smollm2-135m", dtype="float32", device_memory_gb=1.0, max_model_len=1024)
-    with running_server(config, model=smollm2_llm.engine.model) as served:
+    with running_server(config) as served:
         yield openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0)
 
 

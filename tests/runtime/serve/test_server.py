@@ -1,5 +1,6 @@
 """The server with the official `openai` client on a tokenizer-less model (tiny: token-id prompts, token-id text):
-completions plain and streamed, 64 concurrent streams, disconnects, malformed bodies, overload, metrics."""
+completions plain and streamed, 64 concurrent streams, disconnects, malformed bodies, overload, metrics; each
+with the engine in its own process (the default) and on a thread of the server's process."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import httpx2
 import openai
 import pytest
 
-from runtime import LLM, CompletionOutput, RequestMetrics, RequestOutput
+from runtime import LLM
 from runtime.serve.protocol import token_text
 from tests.factories import greedy
 from tests.runtime.serve.server_factories import running_server, server_config, wait_idle
@@ -19,16 +20,22 @@ IGNORE_EOS = {"ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def served():
-    with running_server(CONFIG) as s:
+def offline():
+    return LLM(config=CONFIG)
+
+
+@pytest.fixture(scope="module", params=["process", "thread"])
+def served(request, offline):
+    """The server in each engine mode (the thread reuses the offline engine's weights)."""
+    model = offline.engine.model if request.param == "thread" else None
+    with running_server(CONFIG, mode=request.param, model=model) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
-def reference():
+def reference(offline):
     """The offline engine on the same config: what the server must answer, token for token."""
-    llm = LLM(config=CONFIG)
-    return lambda prompts, lengths: [o.outputs[0].token_ids for o in llm.generate(
+    return lambda prompts, lengths: [o.outputs[0].token_ids for o in offline.generate(
         prompt_token_ids=prompts, sampling_params=[greedy(n) for n in lengths], use_tqdm=False)]
 
 
@@ -67,23 +74,6 @@ def test_stream_deltas_continue_the_text_then_usage_comes_last(client, reference
     assert chunks[-1].choices == [] and (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (4, 5)
 
 
-def test_a_consumer_that_falls_behind_gets_the_latest_output_only(served):
-    """Outputs queued before the consumer reads are merged into the last (it holds every token, CUMULATIVE)."""
-    runner = served.engine_runner
-
-    async def main():
-        q = asyncio.Queue()
-        for n in (1, 2, 3):
-            q.put_nowait(RequestOutput("x", [1], [CompletionOutput(0, list(range(n)), None)], False,
-                                       RequestMetrics(0.0)))
-        outs = runner.outputs("x", q)
-        first = await outs.__anext__()
-        q.put_nowait(RequestOutput("x", [1], [CompletionOutput(0, [0, 1, 2, 3], "length")], True, RequestMetrics(0.0)))
-        return [first, *[o async for o in outs]]
-
-    assert [o.outputs[0].token_ids for o in asyncio.run(main())] == [[0, 1, 2], [0, 1, 2, 3]]
-
-
 def test_64_concurrent_streams_each_get_their_own_tokens(served, reference):
     prompts = [_prompt(i) for i in range(64)]
     lengths = [4 + i % 13 for i in range(64)]
@@ -100,7 +90,7 @@ def test_64_concurrent_streams_each_get_their_own_tokens(served, reference):
     texts = asyncio.run(main())
     assert [len(t.split()) for t in texts] == lengths
     assert texts == [token_text(ids) for ids in reference(prompts, lengths)]
-    wait_idle(served.engine)
+    wait_idle(served)
     assert httpx2.get(served.base_url.removesuffix("/v1") + "/health").status_code == 200
 
 
@@ -115,7 +105,7 @@ def test_disconnect_mid_stream_aborts_the_request_and_frees_its_blocks(served, c
     with pytest.raises(openai.APITimeoutError):  # a plain request whose client gives up
         client.completions.create(model="tiny", prompt=_prompt(4), max_tokens=3000, extra_body=IGNORE_EOS,
                                   timeout=0.5)
-    wait_idle(served.engine, timeout_s=5.0)  # unaborted, they would run 20 s; the bookkeeping is checked each step
+    wait_idle(served, timeout_s=5.0)  # unaborted, they would run 20 s; the bookkeeping is checked each step
     metrics = httpx2.get(root + "/metrics").text
     assert _metric(metrics, "pagetune:kv_cache_usage_perc") == 0.0
     assert _metric(metrics, "pagetune:num_requests_running") == 0.0
@@ -174,8 +164,9 @@ def test_models_and_metrics(served, client):
     assert "# TYPE pagetune:time_to_first_token_seconds histogram" in after
 
 
-def test_overload_is_503_beyond_max_pending():
-    with running_server(server_config("tiny"), max_pending=2) as s:
+def test_overload_is_503_beyond_max_pending(offline):
+    """Refused at the door, whichever the engine's mode: the thread's server reuses the loaded weights."""
+    with running_server(server_config("tiny"), max_pending=2, mode="thread", model=offline.engine.model) as s:
         body = {"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 3000, "stream": True, "ignore_eos": True}
         with httpx2.Client(timeout=30) as http, http.stream("POST", s.base_url + "/completions", json=body) as a, \
                 http.stream("POST", s.base_url + "/completions", json=body) as b:
@@ -183,4 +174,4 @@ def test_overload_is_503_beyond_max_pending():
             third = httpx2.post(s.base_url + "/completions", json=body)
             assert third.status_code == 503
             assert third.json()["error"]["message"].startswith("server overloaded: 2 requests in flight")
-        wait_idle(s.engine)
+        wait_idle(s)

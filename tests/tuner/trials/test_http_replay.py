@@ -50,7 +50,7 @@ def test_http_replay_agrees_with_the_in_process_replay(served):
         assert theirs[name] > 0 and math.isfinite(theirs[name])
     assert (theirs["completed"], theirs["slo_attainment"]) == (24.0, 1.0)
     assert math.isnan(theirs["kv_util_mean"])  # not seen from outside the server
-    wait_idle(served.engine)
+    wait_idle(served)
 
 
 def test_idle_gaps_are_skipped_while_no_request_is_open(served):
@@ -67,7 +67,7 @@ def test_a_stop_closes_the_open_streams_and_the_server_aborts_them(served):
     reqs = tuple(request(f"s{i}", 0.0, 8, n, first_id=10 + 8 * i) for i, n in enumerate(lengths))
     result = http_replay(served.base_url, "tiny", reqs, slo=SloConfig(ttft_s=1e-6, tpot_s=1e-6), stop_after_misses=2)
     assert result.stopped and sorted(r.request_id for r in result.records) == ["s0", "s1"]
-    wait_idle(served.engine)
+    wait_idle(served)
 
 
 def test_a_request_the_server_refuses_is_a_rejection_with_its_message(served):
