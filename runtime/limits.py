@@ -7,6 +7,7 @@ budget, the block-size tiers that budget is served from.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -71,9 +72,10 @@ def graph_bucket(sizes: list[int], scheduled: Sequence[ScheduledSeq]) -> int | N
     sequence decodes one token and samples, and the step fits the largest capture."""
     if not sizes or not 0 < len(scheduled) <= sizes[-1]:
         return None
-    if not all(s.num_new_tokens == 1 and s.sample for s in scheduled):
-        return None
-    return next(b for b in sizes if b >= len(scheduled))
+    for s in scheduled:
+        if s.num_new_tokens != 1 or not s.sample:
+            return None
+    return sizes[bisect.bisect_left(sizes, len(scheduled))]  # sizes ascend: the first that holds the step
 
 
 def graph_buckets(max_batch: int) -> list[int]:

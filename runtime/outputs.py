@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)  # slots: written on every step's hot path
 class RequestMetrics:
     """Engine-clock timestamps (seconds) of one request's life; filled in as it progresses."""
 

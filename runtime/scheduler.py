@@ -93,12 +93,12 @@ class Scheduler:
         if step.num_preempted == 0:
             self._swap_in(step)
             self._admit_waiting(step)
-        scheduled = sorted(step.scheduled.values(), key=lambda s: (s.seq.tier, s.num_new_tokens != 1))
+        scheduled = step.ordered()
         return SchedulerOutput(
-            scheduled=tuple(scheduled),
+            scheduled=scheduled,
             swap_out=tuple(step.swap_out),
             swap_in=tuple(step.swap_in),
-            block_copies=tuple(c for s in scheduled for c in step.copies.get(s.seq.seq_id, ())),
+            block_copies=tuple(c for s in scheduled for c in step.copies.get(s.seq.seq_id, ())) if step.copies else (),
             num_batched_tokens=self.budget - step.budget,
             num_preempted=step.num_preempted,
         )
@@ -198,6 +198,10 @@ def _priority_key(seq: Sequence) -> tuple[int, float, int]:
     return (seq.request.priority, seq.request.arrival_time, seq.seq_id)
 
 
+def _tier_then_decodes(s: ScheduledSeq) -> tuple[int, bool]:
+    return (s.seq.tier, s.num_new_tokens != 1)
+
+
 class _Step:
     """What one schedule() call has decided so far."""
 
@@ -215,6 +219,11 @@ class _Step:
         if copies:
             self.copies[seq.seq_id] = copies
         self.budget -= n
+
+    def ordered(self) -> tuple[ScheduledSeq, ...]:
+        """The scheduled sequences by tier, decodes first within a tier (stable: scheduling order otherwise)."""
+        items = tuple(self.scheduled.values())
+        return items if len(items) < 2 else tuple(sorted(items, key=_tier_then_decodes))
 
     def unschedule(self, seq: Sequence) -> None:
         """A sequence preempted after it was scheduled this step gives its budget back."""

@@ -20,7 +20,7 @@ class SeqStatus(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: its fields are read on every step's hot path
 class Request:
     request_id: str
     prompt_token_ids: list[int]
@@ -35,13 +35,14 @@ class Request:
     def finished(self) -> bool:
         if self.rejected_reason is not None:
             return True
-        if not all(s.status is SeqStatus.FINISHED for s in self.seqs):
-            return False
+        for s in self.seqs:  # a loop, not all(): asked for every finishing sequence
+            if s.status is not SeqStatus.FINISHED:
+                return False
         # An abort before the prompt is computed ends the request with fewer than n sequences (no fork).
         return len(self.seqs) == self.params.n or any(s.finish_reason == "abort" for s in self.seqs)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: its fields are read on every step's hot path
 class Sequence:
     seq_id: int
     request: Request

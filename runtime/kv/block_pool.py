@@ -13,6 +13,7 @@ full, hashed block of tokens stays findable through the prefix cache until it is
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -21,7 +22,7 @@ def chain_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
     return hash((parent, tokens))
 
 
-@dataclass
+@dataclass(slots=True)  # slots: read and written for every block a request takes
 class BlockMeta:
     ref_count: int = 0
     hash: int | None = None  # set once the block is full and registered in the prefix cache
@@ -54,14 +55,25 @@ class BlockPool:
 
     def allocate(self) -> int:
         """Take the least recently freed block (evicting its cache entry); ref count becomes 1."""
-        block_id, _ = self.free_queue.popitem(last=False)
-        meta = self.meta[block_id]
-        if meta.hash is not None:
-            del self.cached[meta.hash]
-            meta.hash, meta.tokens = None, None
-            self.num_evictions += 1
-        meta.ref_count = 1
-        return block_id
+        return self.allocate_many(1)[0]
+
+    def allocate_many(self, n: int) -> list[int]:
+        """`n` blocks, as `n` calls of `allocate` take them (one loop: a prompt takes hundreds at once).
+        Precondition: `n <= num_free`."""
+        pop, meta, cached = self.free_queue.popitem, self.meta, self.cached
+        block_ids = []
+        evicted = 0
+        for _ in range(n):
+            block_id = pop(False)[0]  # the LRU end (last=False, passed by position: cheaper)
+            m = meta[block_id]
+            if m.hash is not None:
+                del cached[m.hash]
+                m.hash = m.tokens = None
+                evicted += 1
+            m.ref_count = 1
+            block_ids.append(block_id)
+        self.num_evictions += evicted
+        return block_ids
 
     def find_cached(self, block_hash: int, tokens: tuple[int, ...]) -> int | None:
         """The cached block holding exactly `tokens` under `block_hash`, if any (no side effects)."""
@@ -79,19 +91,32 @@ class BlockPool:
 
     def release(self, block_id: int) -> None:
         """Drop a reference; at zero the block joins the MRU end of the free queue, still cached."""
-        meta = self.meta[block_id]
-        assert meta.ref_count > 0, f"block {block_id} released with ref count 0"
-        meta.ref_count -= 1
-        if meta.ref_count == 0:
-            self.free_queue[block_id] = None
+        self.release_many((block_id,))
+
+    def release_many(self, block_ids: Iterable[int]) -> None:
+        """`release` each block, in order (one loop: a finished request frees hundreds at once)."""
+        meta, free_queue = self.meta, self.free_queue
+        for block_id in block_ids:
+            m = meta[block_id]
+            assert m.ref_count > 0, f"block {block_id} released with ref count 0"
+            m.ref_count -= 1
+            if m.ref_count == 0:
+                free_queue[block_id] = None
 
     def register(self, block_id: int, block_hash: int, tokens: tuple[int, ...]) -> None:
         """Make a full block findable by hash; a hash already cached keeps its first block."""
-        meta = self.meta[block_id]
-        if not self.enable_caching or meta.hash is not None or block_hash in self.cached:
+        self.register_many(((block_id, block_hash, tokens),))
+
+    def register_many(self, blocks: Iterable[tuple[int, int, tuple[int, ...]]]) -> None:
+        """`register` each (block id, hash, tokens), in order (one loop: a prompt fills hundreds at once)."""
+        if not self.enable_caching:
             return
-        meta.hash, meta.tokens = block_hash, tokens
-        self.cached[block_hash] = block_id
+        meta, cached = self.meta, self.cached
+        for block_id, block_hash, tokens in blocks:
+            m = meta[block_id]
+            if m.hash is None and block_hash not in cached:
+                m.hash, m.tokens = block_hash, tokens
+                cached[block_hash] = block_id
 
     def ref_count(self, block_id: int) -> int:
         return self.meta[block_id].ref_count

@@ -45,6 +45,8 @@ def _cdiv(a: int, b: int) -> int:
 class KVCacheManager:
     def __init__(self, tiers: Seq[TierSpec], enable_prefix_caching: bool, watermark: float) -> None:
         self.tiers = tuple(tiers)
+        self.block_sizes = [t.block_size for t in self.tiers]
+        self.total_blocks = sum(t.num_blocks for t in self.tiers)
         self.watermark_blocks = [int(watermark * t.num_blocks) for t in self.tiers]
         self.enable_prefix_caching = enable_prefix_caching
         self.reset()
@@ -149,8 +151,7 @@ class KVCacheManager:
             copies.append(BlockCopy(seq.tier, table[idx], new))
             pool.release(table[idx])
             table[idx] = new
-        for _ in range(_cdiv(seq.num_computed_tokens + num_new, bs) - len(table)):
-            table.append(pool.allocate())
+        table += pool.allocate_many(_cdiv(seq.num_computed_tokens + num_new, bs) - len(table))
         return copies
 
     def commit(self, seq: Sequence) -> None:
@@ -161,13 +162,15 @@ class KVCacheManager:
         full = seq.num_computed_tokens // bs
         if full <= len(hashes):  # the common decode step: no block filled up
             return
-        table, pool = self.tables[seq.seq_id], self.pools[seq.tier]
+        table, token_ids = self.tables[seq.seq_id], seq.token_ids
         parent = hashes[-1] if hashes else None
+        blocks = []
         for i in range(len(hashes), full):
-            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            tokens = tuple(token_ids[i * bs : (i + 1) * bs])
             parent = chain_hash(parent, tokens)
             hashes.append(parent)
-            pool.register(table[i], parent, tokens)
+            blocks.append((table[i], parent, tokens))
+        self.pools[seq.tier].register_many(blocks)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """The child shares every block of the parent (ref counts go up)."""
@@ -180,42 +183,42 @@ class KVCacheManager:
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's blocks, tail first so shared prefixes are evicted last."""
-        for block_id in reversed(self.tables.pop(seq.seq_id, [])):
-            self.pools[seq.tier].release(block_id)
+        self.pools[seq.tier].release_many(reversed(self.tables.pop(seq.seq_id, [])))
         self.hashes.pop(seq.seq_id, None)
         self.seq_tiers.pop(seq.seq_id, None)
-        for block_id in self.cpu_tables.pop(seq.seq_id, []):
-            self.cpu_pools[seq.tier].release(block_id)
+        self.cpu_pools[seq.tier].release_many(self.cpu_tables.pop(seq.seq_id, []))
 
     def swap_out(self, seq: Sequence) -> list[BlockCopy]:
         """Move the table to the CPU pool (precondition: `can_swap_out`); returns device->CPU copies."""
         cpu_pool = self.cpu_pools[seq.tier]
         table = self.tables.pop(seq.seq_id)
-        copies = [BlockCopy(seq.tier, block_id, cpu_pool.allocate()) for block_id in table]
+        copies = [BlockCopy(seq.tier, src, dst) for src, dst in zip(table, cpu_pool.allocate_many(len(table)))]
         self.cpu_tables[seq.seq_id] = [c.dst for c in copies]
-        for block_id in reversed(table):
-            self.pools[seq.tier].release(block_id)
+        self.pools[seq.tier].release_many(reversed(table))
         return copies
 
     def swap_in(self, seq: Sequence) -> list[BlockCopy]:
         """Bring the table back (precondition: `can_swap_in`); returns CPU->device copies."""
         pool, cpu_pool = self.pools[seq.tier], self.cpu_pools[seq.tier]
         cpu_table = self.cpu_tables.pop(seq.seq_id)
-        copies = [BlockCopy(seq.tier, block_id, pool.allocate()) for block_id in cpu_table]
-        for block_id in cpu_table:
-            cpu_pool.release(block_id)
-        self.tables[seq.seq_id] = [c.dst for c in copies]
+        copies = [BlockCopy(seq.tier, src, dst) for src, dst in zip(cpu_table, pool.allocate_many(len(cpu_table)))]
+        cpu_pool.release_many(cpu_table)
+        table = self.tables[seq.seq_id] = [c.dst for c in copies]
         bs = self.tiers[seq.tier].block_size
-        for i, block_hash in enumerate(self.hashes[seq.seq_id]):
-            pool.register(self.tables[seq.seq_id][i], block_hash, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
+        pool.register_many([(table[i], block_hash, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
+                            for i, block_hash in enumerate(self.hashes[seq.seq_id])])
         return copies
 
     # ---- accounting ----------------------------------------------------------------------------
     def usage(self, seqs: Seq[Sequence]) -> KVUsage:
         """Pool-wide usage; waste is the unfilled tail of each live sequence's last block."""
-        allocated = sum(p.num_used * t.block_size for p, t in zip(self.pools, self.tiers))
+        used = allocated = cached = 0
+        for pool, size in zip(self.pools, self.block_sizes):  # every step asks: one pass over the pools
+            used += pool.num_used
+            allocated += pool.num_used * size
+            cached += pool.num_cached
         tails: dict[tuple[int, int], int] = {}  # (tier, last block) -> its empty slots; forks share a tail
-        tables, sizes = self.tables, [t.block_size for t in self.tiers]
+        tables, sizes = self.tables, self.block_sizes
         for seq in seqs:
             table = tables.get(seq.seq_id)
             if table:
@@ -225,9 +228,9 @@ class KVCacheManager:
                     tails[key] = empty
         tail_waste = sum(tails.values())
         return KVUsage(
-            used_blocks=sum(p.num_used for p in self.pools),
-            total_blocks=sum(t.num_blocks for t in self.tiers),
-            cached_blocks=sum(p.num_cached for p in self.pools),
+            used_blocks=used,
+            total_blocks=self.total_blocks,
+            cached_blocks=cached,
             allocated_slots=allocated,
             used_slots=max(0, allocated - tail_waste),
         )

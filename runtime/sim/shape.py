@@ -7,8 +7,6 @@ runs eagerly with its token count padded up to `pad_multiple`.
 
 from __future__ import annotations
 
-from itertools import groupby
-
 from runtime.config import EngineConfig
 from runtime.kv.manager import TierSpec
 from runtime.limits import graph_bucket, graph_buckets
@@ -20,42 +18,48 @@ class StepShaper:
     """Turns a step's scheduled sequences into (variant, shape) per tier for one engine's settings.
 
     `graphs`: the engine replays decode graphs (a real engine: its runner has them; a simulated one: the
-    profiled GPU would, `runtime.limits.decode_graphs_on`)."""
+    profiled GPU would, `runtime.limits.decode_graphs_on`). Called once per simulated step: one pass over
+    the step, the variants built once."""
 
     def __init__(self, config: EngineConfig, tiers: tuple[TierSpec, ...], graphs: bool) -> None:
-        self.block_sizes = [t.block_size for t in tiers]
-        self.kv_dtype = config.cache.kv_cache_dtype
         self.pad_multiple = config.kernel.pad_multiple
         self.buckets = graph_buckets(config.scheduler.max_num_seqs) if graphs else []
+        kv_dtype = config.cache.kv_cache_dtype
+        # tier -> (its eager variant, its graph variant)
+        self.variants = [(Variant(t.block_size, kv_dtype, False), Variant(t.block_size, kv_dtype, True)) for t in tiers]
 
     def parts(self, scheduled: tuple[ScheduledSeq, ...]) -> list[tuple[Variant, StepShape]]:
         if not scheduled:
             return []
-        graph = self._graph_bucket(scheduled)
-        parts = [(Variant(self.block_sizes[tier], self.kv_dtype, graph is not None), _shape(list(items)))
-                 for tier, items in groupby(scheduled, key=lambda s: s.seq.tier)]
-        variant, first = parts[0]
+        graph = graph_bucket(self.buckets, scheduled)
+        shapes = _tier_shapes(scheduled)
+        first = shapes[0][1]
         if graph is not None:
-            parts[0] = (variant, first._replace(decode_seqs=graph))
-            return parts
-        tokens = sum(s.num_new_tokens for s in scheduled)
-        pad = -tokens % self.pad_multiple
-        has_prefill = any(shape.prefill_tokens for _, shape in parts)
-        parts[0] = (variant, first._replace(prefill_tokens=first.prefill_tokens + pad) if has_prefill
-                    else first._replace(decode_seqs=first.decode_seqs + pad))
-        return parts
-
-    def _graph_bucket(self, scheduled: tuple[ScheduledSeq, ...]) -> int | None:
-        """The bucket a graph replay pads this step to, or None when it runs eagerly (the runner's rule)."""
-        return graph_bucket(self.buckets, scheduled)
+            first[2] = graph  # decode rows: the bucket the graph replay fills
+        else:  # pad rows join the first tier's prefill, or its decode rows in a pure-decode step
+            tokens = prefill = 0
+            for _, acc in shapes:
+                tokens += acc[0] + acc[2]
+                prefill += acc[0]
+            first[0 if prefill else 2] += -tokens % self.pad_multiple
+        graphs = graph is not None
+        return [(self.variants[tier][graphs], StepShape(*acc)) for tier, acc in shapes]
 
 
-def _shape(items: list[ScheduledSeq]) -> StepShape:
-    """One tier's part: single-token items are decode rows (as the input builder groups them)."""
-    decodes = [s for s in items if s.num_new_tokens == 1]
-    chunks = [s for s in items if s.num_new_tokens != 1]
-    return StepShape(
-        prefill_tokens=sum(s.num_new_tokens for s in chunks),
-        prefill_attention=sum(s.num_new_tokens * (s.start + s.num_new_tokens) for s in chunks),
-        decode_seqs=len(decodes),
-        decode_context=sum(s.start + 1 for s in decodes))
+def _tier_shapes(scheduled: tuple[ScheduledSeq, ...]) -> list[tuple[int, list[int]]]:
+    """(tier, [prefill tokens, prefill attention, decode rows, decode context]) per run of one tier, in one
+    pass (the step is sorted by tier). Single-token items are decode rows, as the input builder groups them."""
+    out: list[tuple[int, list[int]]] = []
+    tier, acc = -1, [0, 0, 0, 0]
+    for s in scheduled:
+        if s.seq.tier != tier:
+            tier, acc = s.seq.tier, [0, 0, 0, 0]
+            out.append((tier, acc))
+        n = s.num_new_tokens
+        if n == 1:
+            acc[2] += 1
+            acc[3] += s.start + 1
+        else:
+            acc[0] += n
+            acc[1] += n * (s.start + n)
+    return out

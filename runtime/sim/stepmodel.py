@@ -128,8 +128,9 @@ class StepTimeModel:
         total = first[0]
         for i, (variant, shape) in enumerate(parts):
             own = first if i == 0 else self._coefficients(variant)
-            x = shape.features(0.0)
-            total += first[1] * x[1] + own[2] * x[2] + first[3] * x[3] + own[4] * x[4]
+            # the products of `shape.features()`, without building it (float * int rounds as float * float(int))
+            total += (first[1] * shape.prefill_tokens + own[2] * shape.prefill_attention
+                      + first[3] * shape.decode_seqs + own[4] * shape.decode_context)
         return max(total, 0.0)
 
 

@@ -64,7 +64,7 @@ class HttpExecutor:
             return http_replay(self.target, self.model, reqs, **kwargs)
 
         try:
-            replayer = WindowReplayer(replay_fn, requests, job.plan.slo, on_progress, lambda: math.nan)
+            replayer = WindowReplayer(replay_fn, requests, job.plan, on_progress, lambda: math.nan)
             replayer.warm_up(job.plan.warmup_requests)
             measurement, stopped_at = measure(replayer, job.plan, replayer.span_s, on_checkpoint)
         except _Deadline:

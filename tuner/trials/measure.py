@@ -4,7 +4,9 @@ measured replay, so a real engine, a simulator or a test double with a known cap
 
 A probe replays the whole window at one rate scale. Its verdict is the majority of up to
 `plan.repeats` replays (it stops as soon as the majority is reached); a first replay that is
-decisive (see `metrics.summarize`) decides alone.
+decisive (see `metrics.summarize`) decides alone. A failing replay stops once it cannot change what its
+probe decides (`metrics.stop_after_misses`): with one replay a probe, at the first miss past what the
+attainment target allows.
 
 Capacity (the default objective): the highest rate scale whose probe passes.
 
@@ -30,7 +32,7 @@ from typing import Protocol
 from tuner.config import ObjectiveName, SloConfig
 from tuner.traffic import TrafficRequest, rebase
 from tuner.trials.job import Measurement, MeasurePlan, Probe, ReplaySummary
-from tuner.trials.metrics import decisive_failures, replay_summary
+from tuner.trials.metrics import replay_summary, stop_after_misses
 from tuner.trials.timeline import ReplayResult
 
 __all__ = ["MAX_SCALE", "MIN_SCALE", "MIN_SPAN_S", "Checkpoint", "Replayer", "WindowReplayer", "measure", "probe"]
@@ -51,14 +53,14 @@ class ReplayFn(Protocol):
 
 class WindowReplayer:
     """`measure`'s replay(scale): the window at a rate scale through `replay_fn`, summarized with its verdict.
-    A replay stops once its failure is certain (`decisive_failures` misses)."""
+    A replay stops once its probe's verdict is settled (`stop_after_misses` for `plan.repeats`)."""
 
-    def __init__(self, replay_fn: ReplayFn, requests: Sequence[TrafficRequest], slo: SloConfig, progress: Progress,
-                 peak_memory_gb: Callable[[], float]) -> None:
-        self.replay_fn, self.requests, self.slo, self.progress = replay_fn, requests, slo, progress
+    def __init__(self, replay_fn: ReplayFn, requests: Sequence[TrafficRequest], plan: MeasurePlan,
+                 progress: Progress, peak_memory_gb: Callable[[], float]) -> None:
+        self.replay_fn, self.requests, self.slo, self.progress = replay_fn, requests, plan.slo, progress
         self.peak_memory_gb = peak_memory_gb
         self.count = 0
-        self.stop_after = decisive_failures(len(requests), slo)
+        self.stop_after = stop_after_misses(len(requests), plan.slo, plan.repeats)
 
     @property
     def span_s(self) -> float:

@@ -13,7 +13,8 @@ replay passes (attainment >= target) exactly when slo_load <= 1.
 
 A replay is decisive, i.e. no repeat could reverse its probe, when it passes with slo_load <=
 CLEAR_PASS_LOAD (every bound met with half to spare at the target), or when it fails with at least
-`decisive_failures` requests missing the SLO.
+`decisive_failures` requests missing the SLO. A replay stops early once its verdict can no longer change
+what its probe decides (`stop_after_misses`).
 """
 
 from __future__ import annotations
@@ -37,9 +38,22 @@ def allowed_failures(requests: int, slo: SloConfig) -> int:
     return math.floor((1.0 - slo.attainment) * requests + 1e-9)
 
 
+def certain_failures(requests: int, slo: SloConfig) -> int:
+    """Misses that fail a replay whatever its other requests do: one more than attainment allows."""
+    return allowed_failures(requests, slo) + 1
+
+
 def decisive_failures(requests: int, slo: SloConfig) -> int:
     """Misses that make a failing replay decisive: three times past what attainment allows."""
-    return 3 * (allowed_failures(requests, slo) + 1)
+    return 3 * certain_failures(requests, slo)
+
+
+def stop_after_misses(requests: int, slo: SloConfig, repeats: int) -> int:
+    """Misses after which a replay of a probe of at most `repeats` replays stops. With one replay the probe's
+    verdict is that replay's alone, and it is certain at the first miss past what attainment allows. With
+    repeats, at a decisive failure: the probe needs no repeat then, and a repeat could still reverse a failure
+    stopped earlier. A stopped replay's figures (attainment, percentiles) are of the requests finished by then."""
+    return certain_failures(requests, slo) if repeats == 1 else decisive_failures(requests, slo)
 
 
 def latency_row(r: RequestRecord) -> dict[str, Any]:

@@ -12,7 +12,7 @@ resets the engine, so replays on one engine are independent. Generation is force
 logged output length (greedy, EOS ignored).
 
 A replay stops early only when its verdict is certain: once `stop_after_misses` requests have
-finished missing the SLO (a decisive failure, see `tuner.trials.metrics`), more requests cannot
+finished missing the SLO (`tuner.trials.metrics.stop_after_misses` says how many), more requests cannot
 change it. Nothing is judged on the head of a replay.
 """
 
@@ -107,5 +107,5 @@ def replay_result(records: list[RequestRecord], requests: int, clock: ReplayCloc
 def _admit(engine: LLMEngine, req: TrafficRequest) -> None:
     params = SamplingParams(max_tokens=req.output_tokens, temperature=0.0, ignore_eos=True,
                             output_kind=RequestOutputKind.FINAL_ONLY)
-    engine.add_request(req.request_id, list(req.prompt_token_ids), params, arrival_time=req.arrival_s,
+    engine.add_request(req.request_id, req.prompt_token_ids, params, arrival_time=req.arrival_s,
                        priority=req.priority)

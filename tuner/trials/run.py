@@ -61,7 +61,7 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
         engine = LLMEngine(job.config, clock=clock, model=model)
         setup_s = time.perf_counter() - start
         log = StepLog(engine) if job.step_log else None
-        replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan.slo, channel.progress,
+        replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan, channel.progress,
                                   lambda: peak_memory_gb(job.config))
         replayer.warm_up(job.plan.warmup_requests)
         measurement, stopped_at = measure(replayer, job.plan, replayer.span_s, channel.checkpoint)

@@ -61,7 +61,7 @@ class SimExecutor:
             clock = VirtualClock()
             engine = sim_engine(job.config, self.profile, clock, self.step_model)
             setup_s = time.perf_counter() - start
-            replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan.slo, on_progress,
+            replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan, on_progress,
                                       lambda: planned)
             measurement, stopped_at = measure(replayer, job.plan, replayer.span_s, on_checkpoint)
             return measured_outcome(measurement, stopped_at, None, setup_s, True)

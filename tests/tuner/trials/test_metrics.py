@@ -21,11 +21,13 @@ from tests.tuner.tuner_factories import record
 from tuner.config import SloConfig
 from tuner.trials.metrics import (
     allowed_failures,
+    certain_failures,
     decisive_failures,
     latency_row,
     meets_slo,
     replay_summary,
     slo_ratio,
+    stop_after_misses,
     summarize,
 )
 from tuner.trials.timeline import ReplayResult
@@ -115,6 +117,27 @@ def test_a_failure_is_decisive_three_times_past_what_attainment_allows():
     assert replay_summary(replayed(A, B, C, D, X), 1.0, strict, 0.0).decisive  # c, d, x missed
     two = replay_summary(replayed(A, B, C, X), 1.0, strict, 0.0)
     assert (two.passed, two.decisive) == (False, False)
+
+
+def test_one_replay_a_probe_stops_at_the_first_miss_past_what_attainment_allows():
+    p99 = SloConfig()
+    assert [certain_failures(n, p99) for n in (12, 96, 100, 300)] == [1, 1, 2, 4]
+    assert [stop_after_misses(300, p99, repeats) for repeats in (1, 2, 3)] == [4, 12, 12]
+
+
+@pytest.mark.parametrize("attainment", [0.41, 0.5, 0.7, 0.9, 0.95, 0.99, 0.999, 1.0])
+def test_certain_failures_misses_fail_a_replay_finished_or_stopped_and_one_fewer_can_pass(attainment):
+    """The boundary `stop_after_misses` relies on, through the verdict itself (k misses fail, k - 1 may pass)."""
+    slo = SloConfig(ttft_s=0.5, tpot_s=0.125, attainment=attainment)
+    for n in [*range(1, 121), 199, 200, 201, 299, 300, 7055]:
+        k = certain_failures(n, slo)
+        good = [record(f"g{i}", 0.5, 0.75, (0.75, 0.8125)) for i in range(n - k)]
+        missed = [record(f"m{i}", 1.0, 2.0, (2.0,)) for i in range(k)]  # TTFT 1.0 > 0.5
+        assert not replay_summary(replayed(*good, *missed, requests=n), 1.0, slo, 0.0).passed, (n, k)
+        # stopped at the k-th miss: fewer finished, the rest count as misses: still a failure
+        assert not replay_summary(replayed(*missed, requests=n, stopped=True), 1.0, slo, 0.0).passed, (n, k)
+        spared = [*good, record("g-last", 0.5, 0.75, (0.75, 0.8125)), *missed[1:]]  # k - 1 misses
+        assert replay_summary(replayed(*spared, requests=n), 1.0, slo, 0.0).passed, (n, k)
 
 
 def test_latency_percentiles_use_linear_interpolation():

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from runtime import EngineConfig
+import dataclasses
+
+from runtime import EngineConfig, VirtualClock, load_profile, sim_engine
 from tests.runtime.sim.sim_factories import write_tiny_profile
 from tuner.config import ObjectiveName, SloConfig
 from tuner.traffic import SAMPLE_TRAFFIC, load_traffic, select
 from tuner.trials.job import MeasurePlan, TrialJob, TrialStatus
+from tuner.trials.measure import WindowReplayer, measure
+from tuner.trials.metrics import certain_failures
+from tuner.trials.replay import replay
 from tuner.trials.sim import SimExecutor
 
 SLO = SloConfig(ttft_s=0.3, tpot_s=0.02)
@@ -55,3 +60,45 @@ def test_the_executor_describes_the_profiled_gpu_as_simulated(tmp_path):
     assert (hw.device_type, hw.name, hw.memory_gb) == ("cuda", "Test GPU", 1.0)
     assert hw.summary == "1 x Test GPU (simulated: tiny-profile.json)"
     assert executor.label == f"simulated (profile: {path}, tiny on Test GPU (torch 2.13.0))"
+
+
+def _replayers(tmp_path, plan: MeasurePlan) -> tuple[WindowReplayer, WindowReplayer]:
+    """(the executor's replayer, one whose replays never stop early) over one simulated engine of a config
+    with a capacity (two running sequences at most)."""
+    clock = VirtualClock()
+    engine = sim_engine(_job(max_num_seqs=2).config, load_profile(write_tiny_profile(tmp_path)), clock)
+
+    def stopping(requests, **kwargs):
+        return replay(engine, clock, requests, **kwargs)
+
+    def whole(requests, **kwargs):
+        return replay(engine, clock, requests, **{**kwargs, "stop_after_misses": None})
+
+    return (WindowReplayer(stopping, _requests(), plan, lambda *_: None, lambda: 0.0),
+            WindowReplayer(whole, _requests(), plan, lambda *_: None, lambda: 0.0))
+
+
+def test_a_replay_stopped_at_its_first_certain_failure_decides_as_the_whole_replay(tmp_path):
+    plan = _job().plan  # one replay a probe, as every simulated probe
+    early, whole = _replayers(tmp_path, plan)
+    assert early.stop_after == certain_failures(60, SLO) == 1
+    (cut, _), (full, _) = measure(early, plan, early.span_s), measure(whole, plan, whole.span_s)
+    assert cut.values == full.values and cut.values[0] > 0
+    assert [(p.scale, p.passed) for p in cut.probes] == [(p.scale, p.passed) for p in full.probes]
+    stopped = [i for i, p in enumerate(cut.probes) if p.replays[0].metrics["stopped"]]
+    assert stopped and all(not cut.probes[i].passed for i in stopped)
+    for i in stopped:  # fewer requests replayed: the point of stopping
+        assert cut.probes[i].replays[0].metrics["busy_s"] < full.probes[i].replays[0].metrics["busy_s"]
+    for a, b in zip(cut.probes, full.probes):  # every probe that ran whole has the very same figures
+        if a.passed or not a.replays[0].metrics["stopped"]:
+            assert a.replays[0].metrics == b.replays[0].metrics
+    assert cut.metrics | {"replay_busy_s": 0.0} == full.metrics | {"replay_busy_s": 0.0}
+    assert cut.latency_rows == full.latency_rows
+
+
+def test_a_checkpoint_stopped_early_prunes_as_the_whole_replay(tmp_path):
+    plan = dataclasses.replace(_job().plan, start_scale=64.0, checkpoint=True)  # far past the capacity: it fails
+    early, whole = _replayers(tmp_path, plan)
+    (_, cut), (_, full) = (measure(r, plan, r.span_s, lambda probe: probe.passed) for r in (early, whole))
+    assert (cut.scale, cut.passed) == (full.scale, full.passed) == (64.0, False)
+    assert cut.replays[0].metrics["stopped"] and not full.replays[0].metrics["stopped"]
