@@ -21,10 +21,21 @@ def measured_outcome(measurement: Measurement, stopped_at: Probe | None, quality
                      setup_s: float, reused: bool) -> TrialOutcome:
     """A measurement that ran: ok, or pruned at its checkpoint."""
     if stopped_at is not None:
-        return TrialOutcome(TrialStatus.pruned, measurement, "fails the SLO at the incumbent's capacity "
-                            f"(x{stopped_at.scale:.4g}: attainment {stopped_at.median('slo_attainment'):.3f})",
+        return TrialOutcome(TrialStatus.pruned, measurement,
+                            f"fails the SLO at the incumbent's capacity ({probe_figures(stopped_at)})",
                             quality, setup_s, reused, stopped_at)
     return TrialOutcome(TrialStatus.ok, measurement, None, quality, setup_s, reused)
+
+
+def probe_figures(probe: Probe) -> str:
+    """`x<scale>: attainment <a>`, and for a lone replay stopped at its failure how much of the window it replayed:
+    its attainment counts the requests it never replayed as misses."""
+    line = f"x{probe.scale:.4g}: attainment {probe.median('slo_attainment'):.3f}"
+    first = probe.replays[0].metrics
+    if len(probe.replays) == 1 and first.get("stopped"):
+        replayed = first["completed"] + first["rejections"]
+        line += f", stopped once certain to fail: {replayed:.0f} of {first['requests']:.0f} requests replayed"
+    return line
 
 
 def short_error(e: BaseException) -> str:

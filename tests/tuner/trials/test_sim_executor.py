@@ -12,6 +12,7 @@ from tuner.trials.job import MeasurePlan, TrialJob, TrialStatus
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.metrics import certain_failures
 from tuner.trials.replay import replay
+from tuner.trials.replayer import probe_figures
 from tuner.trials.sim import SimExecutor
 
 SLO = SloConfig(ttft_s=0.3, tpot_s=0.02)
@@ -102,3 +103,6 @@ def test_a_checkpoint_stopped_early_prunes_as_the_whole_replay(tmp_path):
     (_, cut), (_, full) = (measure(r, plan, r.span_s, lambda probe: probe.passed) for r in (early, whole))
     assert (cut.scale, cut.passed) == (full.scale, full.passed) == (64.0, False)
     assert cut.replays[0].metrics["stopped"] and not full.replays[0].metrics["stopped"]
+    # the pruned trial's reason says how much of the window the stopped replay covered
+    assert probe_figures(cut) == "x64: attainment 0.150, stopped once certain to fail: 10 of 60 requests replayed"
+    assert probe_figures(full) == "x64: attainment 0.150"
