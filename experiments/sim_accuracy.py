@@ -150,7 +150,8 @@ def run_sim(config: EngineConfig, profile: GpuProfile, requests) -> tuple[dict, 
     return summarize(result, SloConfig(), 0.0), sum(t.num_blocks for t in engine.kv.tiers)
 
 
-def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], cpu: bool) -> list[str]:
+def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], cpu: bool) -> tuple[list[str], Any]:
+    """The comparison's lines, and the profile refitted on every real step (None without any)."""
     lines = []
     names = list(real["windows"])
     for name in names:
@@ -171,14 +172,14 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
                   f"{window.duration_s:g} s at x{window.time_scale:g}", "",
                   *table(rows, [o for o in names if o != name]), ""]
     every = [r for name in names for r in real["windows"][name]["rows"]]
-    if every:
-        refit = refit_profile(profile, every)
+    refit = refit_profile(profile, every) if every else None
+    if refit is not None:
         lines += [f"profile fit (as shipped): {profile.fit_error.line()}",
                   f"shipped profile on the replays' real steps: {refit.before.line()}",
                   f"refit with every real step: {refit.after.line()}",
                   f"host time per step, measured: {refit.host.line() if refit.host else 'not logged'}",
                   f"median real step (forward and sampling) {statistics.median(r[5] for r in every) * 1e3:.2f} ms"]
-    return lines
+    return lines, refit
 
 
 def _err(sim: float, real: float) -> str:
@@ -237,11 +238,10 @@ def main() -> int:
             torch.set_num_threads(1)
         real = measure_real(profile, windows, chosen, a.cpu, a.warmup, Path(a.real_out) if a.real_out else None)
     print(f"profile {profile.label} ({profile_path})", flush=True)
-    lines = compare(profile, real, chosen, a.cpu)
+    lines, refit = compare(profile, real, chosen, a.cpu)
     emit("\n".join(lines), a, f"Simulated vs real ({profile.label}; the real runs: {real['created']})")
-    if a.refit_out:
-        every = [r for w in real["windows"].values() for r in w["rows"]]
-        print(f"wrote {save_profile(refit_profile(profile, every).profile, a.refit_out)}")
+    if a.refit_out and refit is not None:
+        print(f"wrote {save_profile(refit.profile, a.refit_out)}")
     if a.out_md:
         Path(a.out_md).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0

@@ -53,7 +53,7 @@ def _row(row: Sequence) -> StepRow:
 
 
 def refit_profile(profile: GpuProfile, rows: Iterable[Sequence]) -> Refit:
-    rows = list(rows)
+    rows = [_row(r) for r in rows]  # once: both fits read them
     real = step_samples(rows)
     fit_points, held = split_held_back(real)
     before = fit_error(profile.step_model, held)
