@@ -3,6 +3,7 @@
 #   bash experiments/gpu_sim.sh profile llama-3-8b     # ~8 min: $OUT/h200-llama-3-8b.json, $OUT/profile-llama-3-8b.txt
 #   bash experiments/gpu_sim.sh profile qwen2-7b       # ~8 min: $OUT/h200-qwen2-7b.json
 #   bash experiments/gpu_sim.sh accuracy               # ~6 min: $OUT/real.json (measurements), sim_accuracy.{md,txt}, the refit
+#   bash experiments/gpu_sim.sh capacity azure base,small-budget,no-graphs,tiers   # ~9 min: $OUT/capacity-azure.json
 # The accuracy call reads conf/profiles/h200-llama-3-8b.json: copy the profile call's file there first.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -13,5 +14,9 @@ case "$1" in
   accuracy)  # both windows (Azure code, Mooncake) in one process: the measurements, then the comparison
     python3 experiments/sim_accuracy.py --profile conf/profiles/h200-llama-3-8b.json --real-out "$OUT/real.json" \
       --out-md "$OUT/sim_accuracy.md" --refit-out "$OUT/h200-llama-3-8b.refit.json" 2>&1 | tee "$OUT/sim_accuracy.txt" ;;
-  *) echo "usage: $0 profile MODEL | accuracy" >&2; exit 2 ;;
+  capacity)  # one window: real capacity searches from the simulated ones (BUDGET_S: start no config after it)
+    python3 experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows "$2" --only "$3" \
+      --budget-s ${BUDGET_S:-380} --real-out "$OUT/capacity-$2.json" --out-md "$OUT/sim_capacity-$2.md" 2>&1 \
+      | tee "$OUT/sim_capacity-$2.txt" ;;
+  *) echo "usage: $0 profile MODEL | accuracy | capacity WINDOW CONFIGS" >&2; exit 2 ;;
 esac

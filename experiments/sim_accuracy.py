@@ -229,14 +229,7 @@ def main() -> int:
     if a.only:
         chosen = {k: v for k, v in chosen.items() if k in a.only.split(",")}
     windows = {k: WINDOWS[k] for k in (a.windows or ("azure" if a.cpu else "azure,mooncake")).split(",")}
-    if a.real_in:
-        real = json.loads(Path(a.real_in).read_text(encoding="utf-8"))
-    else:
-        if a.cpu:
-            import torch
-
-            torch.set_num_threads(1)
-        real = measure_real(profile, windows, chosen, a.cpu, a.warmup, Path(a.real_out) if a.real_out else None)
+    real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, a.warmup, save))
     print(f"profile {profile.label} ({profile_path})", flush=True)
     lines, refit = compare(profile, real, chosen, a.cpu)
     emit("\n".join(lines), a, f"Simulated vs real ({profile.label}; the real runs: {real['created']})")
@@ -245,6 +238,17 @@ def main() -> int:
     if a.out_md:
         Path(a.out_md).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
+
+
+def real_runs(a: argparse.Namespace, measure: Any) -> dict[str, Any]:
+    """The real measurements: read from --real-in, or measured now by `measure(save path or None)` (--real-out)."""
+    if a.real_in:
+        return json.loads(Path(a.real_in).read_text(encoding="utf-8"))
+    if a.cpu:
+        import torch
+
+        torch.set_num_threads(1)  # a steadier CPU engine
+    return measure(Path(a.real_out) if a.real_out else None)
 
 
 def _trace(name: str) -> Path:

@@ -1,10 +1,17 @@
 """The step-time model: how long one engine step takes, from what the step contains (numpy, no torch).
 
-A step is described per tier by a `StepShape`; its time is linear in five features, with one set of
-coefficients per `Variant` (block size, KV dtype, a replayed decode graph or an eager forward):
+A step is described per tier by a `StepShape`; its time is the larger of a floor and a work term linear
+in five features, with one set of coefficients per `Variant` (block size, KV dtype, a replayed decode
+graph or an eager forward):
 
-    t = c0 + c1 * prefill_tokens + c2 * prefill_attention + c3 * decode_seqs + c4 * decode_context
-        ^const  ^GEMMs of the chunks  ^sum of chunk x context   ^GEMMs of decodes ^KV read by decodes
+    t = max(floor, c0 + c1 * prefill_tokens + c2 * prefill_attention + c3 * decode_seqs + c4 * decode_context)
+        ^launch   ^const  ^GEMMs of the chunks  ^sum of chunk x context  ^GEMMs of decodes ^KV read by decodes
+
+The floor is what an eager forward costs the host to launch (32 layers of Python and kernel launches,
+about 16 ms for Llama-3-8B on an H200): while the device's work is shorter the step waits for the
+launches, and once it is longer the launches hide behind it. A sum would charge a 2,048-token prefill
+both (measured 48 ms, a sum predicts 54). A variant's coefficients are the five, then the floor (a
+profile without it: 0).
 
 `prefill_tokens` counts the padding rows an eager step adds (`pad_multiple`) and `decode_seqs` the graph
 bucket a replayed decode step fills, so padding costs what it costs. A step over several tiers (one
@@ -13,7 +20,8 @@ variant and each tier's attention terms from that tier's. A variant that was not
 nearest one profiled (same graphs and dtype first, then the closest block size).
 
 `fit` solves each variant's coefficients by least squares (columns scaled, so a feature counted in
-millions does not drown the constant); `fit_error` is the relative error on points the fit never saw.
+millions does not drown the constant) for each floor it tries, and keeps the floor whose model has
+the smallest relative error; `fit_error` is the relative error on points the fit never saw.
 """
 
 from __future__ import annotations
@@ -93,8 +101,9 @@ class StepTimeModel:
             raise ValueError("a step-time model needs the coefficients of at least one variant")
         for key, coef in self.coefficients.items():
             Variant.parse(key)
-            if len(coef) != len(FEATURES):
-                raise ValueError(f"step-time variant {key}: {len(coef)} coefficients, expected {len(FEATURES)}")
+            if len(coef) not in (len(FEATURES), len(FEATURES) + 1):
+                raise ValueError(f"step-time variant {key}: {len(coef)} coefficients, expected {len(FEATURES)} "
+                                 f"and a floor ({len(FEATURES) + 1})")
 
     def resolve(self, variant: Variant) -> Variant:
         """`variant` if it was profiled, else the nearest profiled one (graphs, dtype, then block size)."""
@@ -109,10 +118,12 @@ class StepTimeModel:
         return min(known, key=distance)
 
     def _coefficients(self, variant: Variant) -> tuple[float, ...]:
-        """The coefficients `variant` uses, resolved once per variant (every simulated step asks)."""
+        """The coefficients `variant` uses with its floor last, resolved once per variant (every simulated step
+        asks)."""
         cached = self._resolved.get(variant)
         if cached is None:
-            cached = self._resolved[variant] = self.coefficients[self.resolve(variant).key]
+            coef = tuple(self.coefficients[self.resolve(variant).key])
+            cached = self._resolved[variant] = coef if len(coef) > len(FEATURES) else (*coef, 0.0)
         return cached
 
     def predict(self, variant: Variant, shape: StepShape) -> float:
@@ -120,7 +131,7 @@ class StepTimeModel:
         return self.predict_tiers([(variant, shape)])
 
     def predict_tiers(self, parts: Sequence[tuple[Variant, StepShape]]) -> float:
-        """Seconds for a step over several tiers: one constant and GEMM terms (first tier's variant),
+        """Seconds for a step over several tiers: one constant, GEMM terms and floor (first tier's variant),
         attention terms per tier."""
         if not parts:
             return 0.0
@@ -131,11 +142,25 @@ class StepTimeModel:
             # the products of `shape.features()`, without building it (float * int rounds as float * float(int))
             total += (first[1] * shape.prefill_tokens + own[2] * shape.prefill_attention
                       + first[3] * shape.decode_seqs + own[4] * shape.decode_context)
-        return max(total, 0.0)
+        return max(total, first[5], 0.0)
+
+
+HICCUP = 3.0  # a step measured this many times its fitted prediction is a hiccup, not its shape's cost
+HICCUP_PASSES = 3
+FLOOR_QUANTILES = np.linspace(0.0, 0.6, 25)  # the floors a fit starts from: these quantiles of the steps' times
+FLOOR_PASSES = 4
 
 
 def fit(samples: Iterable[StepSample]) -> StepTimeModel:
-    """Least squares per variant over its samples (a variant whose samples never vary a feature gets 0 for it)."""
+    """Per variant: the floor and the least-squares work term (a variant whose samples never vary a feature
+    gets 0 for it) with the smallest relative error over its samples.
+
+    For each floor tried (none, then from quantiles of the measured times) the work term is fitted on the
+    steps measured above the floor, then each step goes to the regime that predicts it and both are refitted
+    (`_floored`). Robust to hiccups: a real replay has steps that take 10-100x their shape's
+    cost (a kernel compiled on first use, a host stall), and one 1-second step outweighs thousands of 7 ms
+    ones in least squares. Steps measured above `HICCUP` x the work term's prediction are left out and the
+    work term refitted, up to `HICCUP_PASSES` times; in the error a step counts at most 1."""
     by_variant: dict[str, list[StepSample]] = {}
     for s in samples:
         by_variant.setdefault(s.variant.key, []).append(s)
@@ -145,10 +170,60 @@ def fit(samples: Iterable[StepSample]) -> StepTimeModel:
 def _solve(group: list[StepSample]) -> tuple[float, ...]:
     x = np.array([s.shape.features() for s in group], dtype=np.float64)  # [N, F]
     y = np.array([s.seconds for s in group], dtype=np.float64)  # [N]
+    best_coef, best_floor = _work_term(x, y), 0.0
+    best = _relative_error(x, y, best_coef, best_floor)
+    for start in np.unique(np.quantile(y, FLOOR_QUANTILES)):
+        coef, floor = _floored(x, y, float(start))
+        if coef is None:
+            continue
+        error = _relative_error(x, y, coef, floor)
+        if error < best * (1 - 1e-9) - 1e-12:  # a floor must earn its place: ties keep none
+            best, best_coef, best_floor = error, coef, floor
+    return (*(float(c) for c in best_coef), best_floor)
+
+
+def _floored(x: np.ndarray, y: np.ndarray, floor: float) -> tuple[np.ndarray | None, float]:
+    """max(floor, work) from a first floor: the work term on the steps above it, then alternately each step
+    to the regime that predicts it (work above the floor, or on it), the work term refitted on its steps
+    and the floor the median of its own."""
+    above = y > floor
+    coef = None
+    for _ in range(FLOOR_PASSES):
+        if above.sum() < 2 * x.shape[1]:
+            return coef, floor
+        coef = _work_term(x[above], y[above])
+        regime = x @ coef > floor
+        if (regime == above).all() or regime.all():
+            break
+        above = regime
+        floor = float(np.median(y[~above]))
+    return coef, floor
+
+
+def _work_term(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares, refitted without hiccups."""
+    coef = _lstsq(x, y)
+    for _ in range(HICCUP_PASSES):
+        predicted = x @ coef
+        keep = (predicted <= 0) | (y <= HICCUP * predicted)  # no prediction to judge by: kept
+        if keep.all() or keep.sum() < x.shape[1]:
+            break
+        x, y = x[keep], y[keep]
+        coef = _lstsq(x, y)
+    return coef
+
+
+def _lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     scale = np.linalg.norm(x, axis=0)
     scale[scale == 0] = 1.0
     coef, *_ = np.linalg.lstsq(x / scale, y, rcond=None)
-    return tuple(float(c) for c in coef / scale)
+    return coef / scale
+
+
+def _relative_error(x: np.ndarray, y: np.ndarray, coef: np.ndarray, floor: float) -> float:
+    """Mean squared relative error of max(floor, work), each step's capped at 1 (a hiccup counts, not more)."""
+    predicted = np.maximum(np.maximum(x @ coef, floor), 0.0)
+    return float(np.mean(np.minimum(((predicted - y) / y) ** 2, 1.0)))
 
 
 def split_held_back(samples: Sequence[StepSample], every: int = 5) -> tuple[list[StepSample], list[StepSample]]:

@@ -27,7 +27,7 @@ def test_the_profile_records_device_model_memory_and_fit(tiny_profile_path):
     assert (p.activation.const_bytes, p.activation.per_token_bytes, p.activation.per_seq_bytes) == pytest.approx(
         (0.0, 6144.0, 24576.0), abs=1e-3)  # the CPU estimate is exactly linear
     assert list(p.coefficients) == ["bs16/auto/eager"]
-    assert len(p.coefficients["bs16/auto/eager"]) == len(FEATURES)
+    assert len(p.coefficients["bs16/auto/eager"]) == len(FEATURES) + 1  # the five, then the floor
     rows = p.samples["bs16/auto/eager"]
     assert len(rows) >= 20 and all(r[4] > 0 for r in rows)
     assert p.fit_error.points == len(rows) // 5

@@ -39,8 +39,39 @@ def synthetic_samples() -> list[StepSample]:
 def test_fit_recovers_known_coefficients():
     fitted = fit(synthetic_samples())
     assert sorted(fitted.coefficients) == sorted(TRUE)
+    for key, coef in TRUE.items():  # the five, then no floor: exact linear timings need none
+        assert fitted.coefficients[key] == pytest.approx((*coef, 0.0), rel=1e-6, abs=1e-15)
+
+
+FLOORED = {EAGER16.key: (1e-3, 2e-5, 4e-10, 6e-5, 3e-8, 0.016)}  # an eager forward's 16 ms of launches
+
+
+def test_fit_recovers_a_launch_floor_and_the_work_above_it():
+    model = StepTimeModel(FLOORED)
+    samples = [StepSample(s.variant, s.shape, model.predict(s.variant, s.shape))
+               for s in synthetic_samples() if s.variant == EAGER16]
+    on_floor = sum(s.seconds == 0.016 for s in samples)
+    assert (len(samples), on_floor) == (44, 30)  # both regimes are there to fit
+    fitted = fit(samples)
+    assert fitted.coefficients[EAGER16.key] == pytest.approx(FLOORED[EAGER16.key], rel=1e-6, abs=1e-15)
+    assert fitted.predict(EAGER16, StepShape(0, 0, 1, 100)) == 0.016  # launch-bound
+    assert fitted.predict(EAGER16, StepShape(2048, 2048 * 2048, 0, 0)) == pytest.approx(
+        1e-3 + 2e-5 * 2048 + 4e-10 * 2048 * 2048, rel=1e-9)  # work-bound: the launches hide behind it
+
+
+def test_a_profile_without_a_floor_predicts_as_before():
+    assert StepTimeModel(TRUE).predict(EAGER16, StepShape(0, 0, 1, 100)) == pytest.approx(3e-3 + 6e-5 + 3e-6)
+    with pytest.raises(ValueError, match="4 coefficients, expected 5 and a floor"):
+        StepTimeModel({EAGER16.key: (1.0, 2.0, 3.0, 4.0)})
+
+
+def test_hiccups_do_not_move_the_fit():
+    """A replay's first-use compiles and stalls (here 6 steps of 0.7-1.9 s among 82) are left out of the fit."""
+    samples = synthetic_samples()
+    hiccups = [s._replace(seconds=t) for s, t in zip(samples[::17], (1.9, 1.37, 1.14, 1.0, 0.88, 0.71), strict=True)]
+    fitted = fit([*samples, *hiccups])
     for key, coef in TRUE.items():
-        assert fitted.coefficients[key] == pytest.approx(coef, rel=1e-6, abs=1e-15)
+        assert fitted.coefficients[key] == pytest.approx((*coef, 0.0), rel=1e-6, abs=1e-15)
 
 
 def test_held_back_points_are_every_fifth_per_variant_and_their_error_is_zero_for_exact_timings():

@@ -1,0 +1,53 @@
+"""A shipped GPU profile, rebuilt from what was measured: the profile as `python -m runtime.profile` wrote it,
+refitted (`runtime.refit_profile`) with the real steps that H200 runs logged.
+
+    # conf/profiles/h200-llama-3-8b.json as shipped: the measured profile and every logged real step
+    python experiments/refit_profile.py --profile experiments/results/h200-sim/h200-llama-3-8b.measured.json \
+        --rows experiments/results/h200-sim/real.json experiments/results/h200-sim/capacity-mooncake.json \
+        --out conf/profiles/h200-llama-3-8b.json
+
+A rows file is `sim_accuracy.py --real-out` (rows per window) or `sim_capacity.py --real-out` (rows per
+config). It prints the refit's error on held-back real steps, before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime import refit_profile, save_profile
+from runtime.sim import load_profile
+
+
+def logged_rows(path: Path) -> list[list]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rows: list[list] = []
+    for window in data["windows"].values():
+        rows += window.get("rows", [])
+        for run in window["configs"].values():
+            rows += run.get("rows", [])
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", type=Path, required=True, help="the profile as measured")
+    p.add_argument("--rows", type=Path, nargs="+", required=True, help="real runs' JSON with logged steps")
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args()
+    rows = [r for path in a.rows for r in logged_rows(path)]
+    refit = refit_profile(load_profile(a.profile), rows)
+    print(f"{len(rows)} real steps from {', '.join(map(str, a.rows))}")
+    print(f"measured profile on held-back real steps: {refit.before.line()}")
+    print(f"refit on them: {refit.after.line()}")
+    print(f"host time per step: {refit.host.line() if refit.host else 'not logged'}")
+    print(f"wrote {save_profile(refit.profile, a.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

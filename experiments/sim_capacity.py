@@ -1,0 +1,309 @@
+"""Capacity, the tuner's objective, simulated and real, per config: issue 12's first accuracy target.
+
+    # on the GPU (~8 min a trace): the simulated capacity first, then the real search starting there
+    python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows azure \
+        --real-out $OUT/capacity-azure.json --budget-s 480
+    # anywhere, from a GPU run's measurements (the simulation is CPU work): compare again
+    python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json \
+        --real-in experiments/results/h200-sim/capacity-azure.json --record
+    # on a CPU, the tiny model against a small-grid profile made on the spot (mechanics only):
+    python experiments/sim_capacity.py --cpu
+
+Capacity is measured exactly as a trial measures it (`tuner.trials.measure`, the default SLO: TTFT 2 s,
+TPOT 0.1 s, attainment 0.99): the highest rate scale of the window whose probe passes. The simulated
+search (one replay a probe: it is deterministic) brackets from x1 and bisects to 2%. The real one
+starts at the simulated capacity (x1.15 steps, squared) and bisects to 5%, each probe the majority of up
+to 3 replays, after a 32-request warm-up burst and one unmeasured replay of the whole window at the
+start scale (every kernel shape the window uses compiled before anything is measured). At the real
+capacity the window is replayed until three whole replays are in hand (the deciding probe's passing
+replays count), and the simulator replays it at that same scale: TTFT and TPOT p50/p99 real (median,
+min..max) against simulated, at the operating point the tuner would pick.
+
+The windows are not those the shipped profile was refitted on (`sim_accuracy.py`: Azure from 600 s,
+Mooncake from 100 s): these figures are held out from every fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_decode import add_record_args, emit
+from sim_accuracy import _cpu_profile, _trace, base_knobs, configs, real_runs
+
+from runtime import EngineConfig, GpuProfile, engine_limits
+from runtime.sim import VirtualClock, load_profile, sim_engine
+from runtime.sim.refit import step_samples
+from tuner.config import ObjectiveName, SloConfig
+from tuner.traffic import load_traffic, rebase, select
+from tuner.trials.job import Measurement, MeasurePlan
+from tuner.trials.measure import WindowReplayer, measure
+from tuner.trials.metrics import summarize
+from tuner.trials.replayer import engine_replay
+
+SLO = SloConfig()  # the tuner's default; on --cpu the quick start's (the tiny model meets 2 s at any rate)
+CPU_SLO = SloConfig(ttft_s=0.3, tpot_s=0.02)
+POINT = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "output_tok_s")
+ORDER = ("base", "small-budget", "no-graphs", "few-seqs", "tiers", "block-32")  # most telling first
+SPREAD_REPLAYS = 3
+
+
+class CapWindow(NamedTuple):
+    trace: str
+    start_s: float
+    requests: int
+
+
+WINDOWS = {"azure": CapWindow("azure_llm_2023_code.csv", 1800.0, 120),
+           "mooncake": CapWindow("mooncake_fast25_synthetic_trace.jsonl", 300.0, 40)}
+
+
+def window_requests(window: CapWindow, profile: GpuProfile, cpu: bool) -> tuple:
+    limit = engine_limits(EngineConfig.from_flat(profile.model, **base_knobs(cpu)), profile.info).max_model_len
+    traffic = load_traffic(_trace(window.trace), on_error="skip", vocab_size=profile.info.vocab_size,
+                           max_model_len=limit, long_prompts="truncate")
+    return select(traffic.requests, start_s=window.start_s, max_requests=20 if cpu else window.requests)
+
+
+def rate_rps(requests) -> float:
+    """The window's arrival rate at x1 (a capacity scale times this is req/s)."""
+    return (len(requests) - 1) / max(requests[-1].arrival_s - requests[0].arrival_s, 1e-9)
+
+
+def sim_plan(tol: float = 0.02) -> MeasurePlan:
+    return MeasurePlan(ObjectiveName.capacity, SLO, repeats=1, tol=tol)
+
+
+def real_plan(start: float) -> MeasurePlan:
+    return MeasurePlan(ObjectiveName.capacity, SLO, repeats=3, start_scale=start, first_step=1.15, tol=0.05,
+                       warmup_requests=32)
+
+
+# ---- the simulator (CPU work) -------------------------------------------------------------------------------
+def sim_capacity(config: EngineConfig, profile: GpuProfile, requests) -> Measurement:
+    clock = VirtualClock()
+    engine = sim_engine(config, profile, clock)
+    replayer = WindowReplayer(engine_replay(engine, clock), requests, sim_plan(), _quiet, lambda: 0.0)
+    return measure(replayer, sim_plan(), replayer.span_s)[0]
+
+
+def sim_point(config: EngineConfig, profile: GpuProfile, requests, scale: float) -> dict[str, float]:
+    """The simulated window at one rate scale, whole (no SLO stop)."""
+    clock = VirtualClock()
+    engine = sim_engine(config, profile, clock)
+    return summarize(engine_replay(engine, clock)(rebase(requests, scale)), SLO, 0.0)
+
+
+# ---- the real runs (a GPU, or --cpu) ------------------------------------------------------------------------
+def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool,
+                 budget_s: float, save: Path | None) -> dict[str, Any]:
+    """Per window and config: the simulated capacity, the real search from there, the replays at the real
+    capacity; written to `save` after every config. A config is not started past `budget_s`."""
+    import torch
+
+    from runtime.model.loader import load_model
+    from runtime.placement import resolve_device, resolve_dtype
+
+    began = time.perf_counter()
+    device = resolve_device("cpu" if cpu else "auto")
+    model = load_model(profile.model, resolve_dtype("auto", device), device, 0)
+    out: dict[str, Any] = {"created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "windows": {}}
+    for name, window in windows.items():
+        requests = window_requests(window, profile, cpu)
+        runs: dict[str, Any] = {}
+        out["windows"][name] = {"window": window._asdict(), "requests": len(requests),
+                                "rate_rps": rate_rps(requests), "configs": runs}
+        print(f"{name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s "
+              f"({rate_rps(requests):.3f} req/s at x1)", flush=True)
+        for cfg, knobs in chosen.items():
+            if time.perf_counter() - began > budget_s:
+                print(f"  {cfg}: not started (past --budget-s {budget_s:g})", flush=True)
+                continue
+            start = time.perf_counter()
+            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
+            sim = sim_capacity(config, profile, requests)
+            runs[cfg] = _real_search(config, model, requests, sim.values[0])
+            runs[cfg]["sim_capacity"] = sim.values[0]
+            upper = runs[cfg]["upper"]
+            print(f"  {cfg}: sim x{sim.values[0]:.3f}, real x{runs[cfg]['capacity']:.3f} (fails at "
+                  f"{'-' if upper is None else f'x{upper:.3f}'}), {time.perf_counter() - start:.0f} s", flush=True)
+            if save is not None:
+                save.write_text(json.dumps(out) + "\n", encoding="utf-8")
+            gc.collect()  # the KV pool goes before the next config's engine plans its own
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return out
+
+
+def _real_search(config: EngineConfig, model, requests, start: float) -> dict[str, Any]:
+    from runtime import LLMEngine, StepLog
+    from tuner.trials.replay import ReplayClock
+
+    clock = ReplayClock()
+    engine = LLMEngine(config, clock=clock, model=model)
+    log = StepLog(engine)  # every step after the warm-up, to check a refit on steps it never saw
+    plan = real_plan(start)
+    replay_fn = engine_replay(engine, clock)
+    replayer = WindowReplayer(replay_fn, requests, plan, _quiet, lambda: 0.0)
+    replayer.warm_up(plan.warmup_requests)
+    replay_fn(rebase(requests, start))  # unmeasured: every kernel shape of the window compiled
+    log.rows.clear()
+    measurement = measure(replayer, plan, replayer.span_s)[0]
+    capacity = measurement.values[0]
+    upper = measurement.metrics["capacity_upper_scale"]
+    point = [r.metrics for p in measurement.probes if p.scale == capacity for r in p.replays
+             if r.passed and not r.metrics.get("stopped")]
+    while capacity > 0 and len(point) < SPREAD_REPLAYS:
+        point.append(summarize(replay_fn(rebase(requests, capacity)), SLO, 0.0))
+    probes = [{"scale": p.scale, "passed": p.passed, "attainment": [r.metrics["slo_attainment"] for r in p.replays],
+               "busy_s": [r.metrics.get("busy_s", 0.0) for r in p.replays]} for p in measurement.probes]
+    return {"capacity": capacity, "upper": upper if upper != float("inf") else None, "probes": probes,
+            "point": [{k: m[k] for k in (*POINT, "slo_attainment", "busy_s")} for m in point],
+            "rows": [list(r) for r in log.rows]}
+
+
+def _quiet(*_: Any) -> None:
+    pass
+
+
+# ---- the comparison (CPU work) ------------------------------------------------------------------------------
+def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], cpu: bool) -> list[str]:
+    lines: list[str] = []
+    for name, data in real["windows"].items():
+        window = CapWindow(**data["window"])
+        requests = window_requests(window, profile, cpu)
+        rate = rate_rps(requests)
+        cap_rows, point_rows, sims = [], [], {}
+        runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen}
+        for cfg, run in runs.items():
+            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **chosen[cfg])
+            sims[cfg] = sim_capacity(config, profile, requests).values[0]
+            real_cap, upper = run["capacity"], run["upper"]
+            cap_rows.append(f"| {cfg} | {real_cap * rate:.3f} (x{real_cap:.3f}; fails at "
+                            f"{'-' if upper is None else f'x{upper:.3f}'}) | {sims[cfg] * rate:.3f} (x{sims[cfg]:.3f}) "
+                            f"| {_err(sims[cfg], real_cap)} | {_probes(run['probes'])} |")
+            if run["point"]:
+                sim = sim_point(config, profile, requests, real_cap)
+                point_rows.append(f"| {cfg} | x{real_cap:.3f} | "
+                                  + " | ".join(_point_cell(run["point"], sim, m) for m in POINT) + " |")
+        ranked = {k: v["capacity"] for k, v in runs.items()}
+        lines += [f"### {name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s "
+                  f"({rate:.3f} req/s at x1)", "",
+                  "| config | real capacity req/s | simulated req/s | sim error "
+                  "| real probes (scale: attainment of each replay) |",
+                  "|---|---|---|---|---|", *cap_rows, "",
+                  f"ranking by capacity, real: {_rank(ranked)}", f"ranking by capacity, sim:  {_rank(sims)}", "",
+                  f"At the real capacity: real median (min..max of {SPREAD_REPLAYS} whole replays) / simulated (error)",
+                  "", "| config | scale | " + " | ".join(POINT) + " |", "|" + "---|" * (2 + len(POINT)),
+                  *point_rows, ""]
+        rows = [r for run in runs.values() for r in run.get("rows", [])]
+        if rows:
+            lines += [f"The real steps logged ({len(rows)}, after each warm-up) against the profile's prediction:", "",
+                      *step_kinds(profile, rows), ""]
+    return lines
+
+
+def step_kinds(profile: GpuProfile, rows: list[list]) -> list[str]:
+    """Predicted / measured step time by kind of step: median, p10, p90, and the sums."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    model = profile.step_model
+    for s in step_samples(rows):
+        groups.setdefault(_kind(s.shape, s.variant.graphs), []).append((model.predict(s.variant, s.shape), s.seconds))
+    lines = ["| kind of step | steps | predicted / measured: median (p10..p90) | sum predicted / measured s |",
+             "|---|---|---|---|"]
+    for kind, pairs in sorted(groups.items()):
+        ratio = np.array([p / t for p, t in pairs])
+        predicted, measured = sum(p for p, _ in pairs), sum(t for _, t in pairs)
+        lines.append(f"| {kind} | {len(pairs)} | {np.median(ratio):.2f} ({np.quantile(ratio, 0.1):.2f}.."
+                     f"{np.quantile(ratio, 0.9):.2f}) | {predicted:.1f} / {measured:.1f} |")
+    return lines
+
+
+def _kind(shape, graphs: bool) -> str:
+    if not shape.prefill_tokens:
+        mean_ctx = shape.decode_context / max(shape.decode_seqs, 1)
+        return f"decode, {'graph' if graphs else 'eager'}, mean context {'< 2k' if mean_ctx < 2048 else '>= 2k'}"
+    size = "< 64 (short path)" if shape.prefill_tokens < 64 else "< 1k" if shape.prefill_tokens < 1024 else (
+        "< 4k" if shape.prefill_tokens < 4096 else ">= 4k")
+    return f"{'mixed' if shape.decode_seqs else 'prefill'}, chunk tokens {size}"
+
+
+def _probes(probes: list[dict]) -> str:
+    return "; ".join(f"x{p['scale']:.3f}: {'/'.join(f'{a:.2f}' for a in p['attainment'])}"
+                     f" {'pass' if p['passed'] else 'fail'}" for p in probes)
+
+
+def _point_cell(real: list[dict], sim: dict[str, float], metric: str) -> str:
+    values = [m[metric] for m in real]
+    med = statistics.median(values)
+    return f"{med:.4g} ({min(values):.4g}..{max(values):.4g}) / {sim[metric]:.4g} ({_err(sim[metric], med)})"
+
+
+def _err(sim: float, real: float) -> str:
+    return "n/a" if not real else f"{(sim - real) / real:+.0%}"
+
+
+def _rank(values: dict[str, float]) -> str:
+    return " > ".join(sorted(values, key=lambda k: -values[k]))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu", action="store_true", help="tiny model on CPU, small grid profile made on the spot")
+    p.add_argument("--profile", default=None, help="a GPU profile from python -m runtime.profile")
+    p.add_argument("--windows", default="azure", help="comma-separated: azure,mooncake")
+    p.add_argument("--only", default=None, help="comma-separated config names, in this order")
+    p.add_argument("--budget-s", type=float, default=480.0, help="start no config after this many seconds")
+    p.add_argument("--real-in", default=None, help="compare against these real measurements (no model needed)")
+    p.add_argument("--real-out", default=None, help="write the real measurements here (JSON)")
+    p.add_argument("--out-md", default=None, help="also write the comparison (markdown) here")
+    p.add_argument("--sim-only", action="store_true", help="only the simulated capacities (CPU), no real runs")
+    add_record_args(p)
+    a = p.parse_args()
+    if a.cpu:
+        global SLO
+        SLO = CPU_SLO
+    profile_path = a.profile or _cpu_profile(a.cpu)
+    profile = load_profile(profile_path)
+    every = configs(a.cpu)
+    names = a.only.split(",") if a.only else list(ORDER)
+    chosen = {k: every[k] for k in names}
+    windows = {k: WINDOWS[k] for k in a.windows.split(",")}
+    if a.sim_only:
+        return _sim_only(profile, windows, chosen, a.cpu)
+    real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, a.budget_s, save))
+    print(f"profile {profile.label} ({profile_path})", flush=True)
+    lines = compare(profile, real, chosen, a.cpu)
+    emit("\n".join(lines), a, f"Capacity simulated vs real ({profile.label}; the real runs: {real['created']})")
+    if a.out_md:
+        Path(a.out_md).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return 0
+
+
+def _sim_only(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool) -> int:
+    """The simulated capacities and what the real search would replay (simulated busy seconds)."""
+    for name, window in windows.items():
+        requests = window_requests(window, profile, cpu)
+        print(f"{name}: {len(requests)} requests, {rate_rps(requests):.3f} req/s at x1")
+        for cfg, knobs in chosen.items():
+            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
+            m = sim_capacity(config, profile, requests)
+            busy = sim_point(config, profile, requests, m.values[0])["busy_s"]
+            print(f"  {cfg}: x{m.values[0]:.3f} = {m.values[0] * rate_rps(requests):.3f} req/s, "
+                  f"{len(m.probes)} probes; a whole replay at capacity: {busy:.1f} s simulated busy")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
