@@ -14,6 +14,7 @@ from kernels._triton import triton_available
 from kernels.dispatch import (
     apply_rotary,
     decode_attention,
+    plan_prefill,
     prefill_attention,
     rms_norm,
     silu_and_mul,
@@ -30,6 +31,7 @@ __all__ = [
     "paged_decode_reference",
     "paged_prefill",
     "paged_prefill_reference",
+    "plan_prefill",
     "prefill_attention",
     "rms_norm",
     "silu_and_mul",

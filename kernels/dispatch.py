@@ -10,8 +10,6 @@ softmax instead, since SDPA cannot clip).
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 import torch.nn.functional as F
 
@@ -19,8 +17,10 @@ from kernels import activation, kv_write, norm, rotary
 from kernels._gather import gather_kv_padded, masked_softmax_attend
 from kernels.paged_decode import paged_decode, paged_decode_reference
 from kernels.paged_prefill import paged_prefill, paged_prefill_reference
+from kernels.prefill_plan import PrefillPlan, ShortChunks, plan_prefill
 
-__all__ = ["apply_rotary", "decode_attention", "prefill_attention", "rms_norm", "silu_and_mul", "write_kv"]
+__all__ = ["apply_rotary", "decode_attention", "plan_prefill", "prefill_attention", "rms_norm", "silu_and_mul",
+           "write_kv"]
 
 
 def rms_norm(
@@ -71,79 +71,52 @@ def decode_attention(
 def prefill_attention(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None,
-    flash_min_len: int, use_triton: bool,
+    flash_min_len: int, use_triton: bool, plan: PrefillPlan | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """Causal attention for B chunks: query [T, Hq, D] -> [T, Hq, D] (see `paged_prefill`)."""
+    """Causal attention for B chunks: query [T, Hq, D] -> [T, Hq, D] (see `paged_prefill`). `plan`: which
+    chunk takes which path (`plan_prefill`, built once a step); without one it is built here, which reads
+    the lengths back from the device."""
     if not use_triton:
         return paged_prefill_reference(
             query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip
         )
-    # why the host copy: picking a path per sequence needs the chunk lengths (one sync per prefill step)
-    starts = query_start_loc.tolist()
-    q_lens = [end - start for start, end in itertools.pairwise(starts)]
-    flash = [seq for seq, n in enumerate(q_lens) if n >= flash_min_len]
-    short = [seq for seq, n in enumerate(q_lens) if 0 < n < flash_min_len]
-    if len(flash) == len(q_lens):
+    if plan is None:
+        plan = plan_prefill(query_start_loc.tolist(), context_lens.tolist(), flash_min_len, query.device)
+    if plan.all_flash:
         return paged_prefill(
             query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip
         )
     out = torch.empty_like(query)
-    if flash:
-        rows = _rows_of(flash, starts, query.device)
-        sub_starts = torch.tensor(
-            [0, *torch.tensor([q_lens[s] for s in flash]).cumsum(0).tolist()], dtype=torch.int32, device=query.device
-        )
-        picked = torch.tensor(flash, device=query.device)
-        out[rows] = paged_prefill(
-            query[rows],
-            k_cache,
-            v_cache,
-            block_tables[picked],
-            sub_starts,
-            context_lens[picked],
-            scale=scale,
-            qk_clip=qk_clip,
-        )
-    if short:
-        out[_rows_of(short, starts, query.device)] = _short_prefill(
-            query, k_cache, v_cache, block_tables, context_lens, short, starts, scale, qk_clip
-        )
+    if plan.flash is not None:
+        f = plan.flash
+        out[f.rows] = paged_prefill(
+            query[f.rows], k_cache, v_cache, block_tables[f.seqs], f.starts, context_lens[f.seqs],
+            scale=scale, qk_clip=qk_clip,
+        )  # fmt: skip
+    if plan.short is not None:
+        out[plan.short.rows] = _short_prefill(query, k_cache, v_cache, block_tables, plan.short, scale, qk_clip)
     return out
-
-
-def _rows_of(seqs: list[int], starts: list[int], device: torch.device) -> torch.Tensor:
-    """The query rows of `seqs`, in order: int64 [sum of their chunk lengths]."""
-    return torch.cat([torch.arange(starts[s], starts[s + 1]) for s in seqs]).to(device)
 
 
 def _short_prefill(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-    context_lens: torch.Tensor, seqs: list[int], starts: list[int], scale: float, qk_clip: float | None,
+    short: ShortChunks, scale: float, qk_clip: float | None,
 ) -> torch.Tensor:  # fmt: skip
-    """Short chunks, padded into one batch for SDPA: returns the rows of `seqs`, in order."""
-    device, dtype = query.device, query.dtype
+    """Short chunks, padded into one batch for SDPA: returns their rows, in order (no host sync)."""
+    dtype = query.dtype
     num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    q_lens = torch.tensor([starts[s + 1] - starts[s] for s in seqs])  # [S], on the host
-    picked = torch.tensor(seqs, device=device)
-    ctx = context_lens[picked].long()  # [S]
-    max_q, max_ctx = int(q_lens.max()), int(ctx.max())
-    # Padding rows repeat the chunk's last row (same mask too): finite, and dropped at the end.
-    row = torch.minimum(torch.arange(max_q)[None, :], q_lens[:, None] - 1)  # [S, max_q]
-    q_rows = (torch.tensor([starts[s] for s in seqs])[:, None] + row).to(device)
-    q = query[q_rows].view(len(seqs), max_q, num_kv_heads, -1, head_dim).permute(0, 2, 3, 1, 4)  # [S, Hkv, G, Mq, D]
-    k = gather_kv_padded(k_cache, block_tables[picked], max_ctx).to(dtype).transpose(1, 2)  # [S, Hkv, Mk, D]
-    v = gather_kv_padded(v_cache, block_tables[picked], max_ctx).to(dtype).transpose(1, 2)
-    q_pos = ctx[:, None] - q_lens.to(device)[:, None] + row.to(device)  # [S, max_q]
-    visible = torch.arange(max_ctx, device=device)[None, None, :] <= q_pos[:, :, None]  # [S, Mq, Mk]
+    seqs, max_q = short.padded_rows.shape
+    q = query[short.padded_rows].view(seqs, max_q, num_kv_heads, -1, head_dim).permute(0, 2, 3, 1, 4)
+    k = gather_kv_padded(k_cache, block_tables[short.seqs], short.max_ctx).to(dtype).transpose(1, 2)  # [S, Hkv, Mk, D]
+    v = gather_kv_padded(v_cache, block_tables[short.seqs], short.max_ctx).to(dtype).transpose(1, 2)
     if qk_clip is None:
         group = q.shape[2]
-        mask = visible[:, None].expand(-1, group, -1, -1).reshape(len(seqs), 1, group * max_q, max_ctx)
+        mask = short.visible[:, None].expand(-1, group, -1, -1).reshape(seqs, 1, group * max_q, short.max_ctx)
         flat = F.scaled_dot_product_attention(
-            q.reshape(len(seqs), num_kv_heads, group * max_q, head_dim), k, v, attn_mask=mask, scale=scale
+            q.reshape(seqs, num_kv_heads, group * max_q, head_dim), k, v, attn_mask=mask, scale=scale
         )
         o = flat.view(q.shape)
     else:
-        o = masked_softmax_attend(q, k, v, visible[:, None, None], scale, qk_clip).to(dtype)
-    o = o.permute(0, 3, 1, 2, 4).reshape(len(seqs) * max_q, -1, head_dim)  # [S * max_q, Hq, D]
-    keep = (torch.arange(max_q)[None, :] < q_lens[:, None]).flatten().nonzero().squeeze(1)  # on the host: no sync
-    return o[keep.to(device)]
+        o = masked_softmax_attend(q, k, v, short.visible[:, None, None], scale, qk_clip).to(dtype)
+    o = o.permute(0, 3, 1, 2, 4).reshape(seqs * max_q, -1, head_dim)  # [S * max_q, Hq, D]
+    return o[short.keep]

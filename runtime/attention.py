@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels import decode_attention, prefill_attention, write_kv
+from kernels.prefill_plan import PrefillPlan
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class PrefillBatch:
     block_tables: torch.Tensor  # [B, max_blocks] int32
     query_start_loc: torch.Tensor  # [B + 1] int32, offsets into `tokens`
     context_lens: torch.Tensor  # [B] int32, cached prefix + this chunk
+    plan: PrefillPlan | None = None  # the chunks' paths (flash or short), built once a step for every layer
 
 
 @dataclass(frozen=True)
@@ -79,5 +81,5 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: in
             p = tb.prefill
             out[p.tokens] = prefill_attention(
                 q[p.tokens], k_cache, v_cache, p.block_tables, p.query_start_loc, p.context_lens, scale=scale,
-                qk_clip=meta.qk_clip, flash_min_len=meta.flash_min_len, use_triton=meta.use_triton)
+                qk_clip=meta.qk_clip, flash_min_len=meta.flash_min_len, use_triton=meta.use_triton, plan=p.plan)
     return out

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from kernels import plan_prefill
 from runtime.attention import AttentionMetadata, DecodeBatch, PrefillBatch, TierBatch
 from runtime.config import KernelConfig
 from runtime.kv.manager import KVCacheManager
@@ -38,8 +39,10 @@ def _tables(tables: list[list[int]], device: torch.device) -> torch.Tensor:
     return torch.from_numpy(padded).to(device)
 
 
-def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_row: int, device: torch.device):
-    """Decode or prefill part of one tier: (batch, token ids, positions, slots)."""
+def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_row: int, device: torch.device,
+          flash_min_len: int | None):
+    """Decode or prefill part of one tier: (batch, token ids, positions, slots). `flash_min_len`: the Triton
+    path's, to plan the prefill chunks' paths once for every layer (None: the torch reference, no plan)."""
     bs = kv.tiers[items[0].seq.tier].block_size
     ids: list[int] = []
     pos: list[int] = []
@@ -64,7 +67,8 @@ def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_
     if is_decode:
         batch = DecodeBatch(rows, block_tables, context_lens)
     else:
-        batch = PrefillBatch(rows, block_tables, _tensor(qsl, np.int32, device), context_lens)
+        plan = None if flash_min_len is None else plan_prefill(qsl, ctx, flash_min_len, device)
+        batch = PrefillBatch(rows, block_tables, _tensor(qsl, np.int32, device), context_lens, plan)
     return batch, ids, pos, slots
 
 
@@ -78,7 +82,8 @@ def build_inputs(scheduled: tuple[ScheduledSeq, ...], kv: KVCacheManager, kernel
         parts: dict[bool, object] = {}
         slots: list[int] = []
         for is_decode, items in groupby(group, key=lambda s: s.num_new_tokens == 1):
-            batch, p_ids, p_pos, p_slots = _part(list(items), is_decode, kv, len(ids), device)
+            batch, p_ids, p_pos, p_slots = _part(list(items), is_decode, kv, len(ids), device,
+                                                 kernel.flash_min_len if use_triton else None)
             parts[is_decode] = batch
             ids += p_ids
             pos += p_pos

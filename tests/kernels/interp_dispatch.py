@@ -10,7 +10,7 @@ import pytest
 import torch
 from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_error
 
-from kernels import decode_attention, prefill_attention, write_kv
+from kernels import decode_attention, plan_prefill, prefill_attention, write_kv
 
 
 @pytest.mark.parametrize("clip", [None, 0.5])
@@ -43,3 +43,29 @@ def test_write_kv_triton_equals_torch() -> None:
         write_kv(key, value, k_cache, v_cache, torch.tensor([1, 6, 13]), use_triton=flag)
     assert torch.equal(caches[0][0], caches[1][0])
     assert torch.equal(caches[0][1], caches[1][1])
+
+
+def test_a_plan_built_once_gives_the_same_output_and_reads_nothing_back_from_the_device(monkeypatch) -> None:
+    """The runtime plans a step's prefill paths once (`plan_prefill`, from host lists); each layer's call then
+    reads nothing back from the device: no `.tolist()` or `.item()` per layer."""
+    q_lens, lens = [12, 3, 0, 40, 1, 2], [20, 3, 9, 40, 17, 30]  # flash, short, empty, flash, short, short
+    kv = make_paged_kv(lens, block_size=4, num_kv_heads=2, head_dim=16, cache_dtype=torch.float32)
+    query = make_query(sum(q_lens), 8, 16, torch.float32)
+    qsl = query_start_loc(q_lens)
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, qsl, kv.context_lens)
+    plan = plan_prefill(qsl.tolist(), kv.context_lens.tolist(), 10, query.device)
+    assert not plan.all_flash and plan.flash.seqs.tolist() == [0, 3] and plan.short.seqs.tolist() == [1, 4, 5]
+    assert (plan.short.padded_rows.tolist(), plan.short.keep.tolist(), plan.short.max_ctx) == (
+        [[12, 13, 14], [55, 55, 55], [56, 57, 57]], [0, 1, 2, 3, 6, 7], 30)
+    unplanned = prefill_attention(*args, scale=0.25, qk_clip=None, flash_min_len=10, use_triton=True)
+    for name in ("tolist", "item"):
+        monkeypatch.setattr(torch.Tensor, name, _forbidden)
+    planned = prefill_attention(*args, scale=0.25, qk_clip=None, flash_min_len=10, use_triton=True, plan=plan)
+    monkeypatch.undo()
+    assert torch.equal(planned, unplanned)
+    ref = prefill_attention(*args, scale=0.25, qk_clip=None, flash_min_len=10, use_triton=False)
+    assert rel_error(planned, ref) < 1e-5
+
+
+def _forbidden(*_args, **_kwargs):
+    raise AssertionError("read back from the device inside a planned prefill_attention")
