@@ -4,6 +4,7 @@
 #   bash experiments/gpu_sim.sh profile qwen2-7b       # ~8 min: $OUT/h200-qwen2-7b.json
 #   bash experiments/gpu_sim.sh accuracy               # ~6 min: $OUT/real.json (measurements), sim_accuracy.{md,txt}, the refit
 #   bash experiments/gpu_sim.sh capacity azure base,small-budget,no-graphs,tiers   # ~9 min: $OUT/capacity-azure.json
+#   bash experiments/gpu_sim.sh short-chunks           # ~1 min: prefill paths planned per layer vs once a step
 # The accuracy call reads conf/profiles/h200-llama-3-8b.json: copy the profile call's file there first.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -18,5 +19,8 @@ case "$1" in
     python3 experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows "$2" --only "$3" \
       --budget-s ${BUDGET_S:-380} --real-out "$OUT/capacity-$2.json" --out-md "$OUT/sim_capacity-$2.md" 2>&1 \
       | tee "$OUT/sim_capacity-$2.txt" ;;
-  *) echo "usage: $0 profile MODEL | accuracy | capacity WINDOW CONFIGS" >&2; exit 2 ;;
+  short-chunks)
+    python3 experiments/bench_short_chunks.py --record --results "$OUT/RESULTS_short_chunks.md" 2>&1 \
+      | tee "$OUT/bench_short_chunks.txt" ;;
+  *) echo "usage: $0 profile MODEL | accuracy | capacity WINDOW CONFIGS | short-chunks" >&2; exit 2 ;;
 esac
