@@ -84,11 +84,24 @@ def base_knobs(cpu: bool) -> dict[str, Any]:
 
 
 def window_requests(name: str, window: Window, profile: GpuProfile, cpu: bool) -> tuple:
-    limit = engine_limits(EngineConfig.from_flat(profile.model, **base_knobs(cpu)), profile.info).max_model_len
-    traffic = load_traffic(_trace(window.trace), on_error="skip", vocab_size=profile.info.vocab_size,
-                           max_model_len=limit, long_prompts="truncate")
-    return select(traffic.requests, start_s=window.start_s, duration_s=window.duration_s,
+    return select(trace_requests(window.trace, profile, cpu), start_s=window.start_s, duration_s=window.duration_s,
                   time_scale=window.time_scale, max_requests=40 if cpu else None)
+
+
+def trace_requests(trace: str, profile: GpuProfile, cpu: bool) -> tuple:
+    """A shared trace's requests as the profile's model takes them (long prompts truncated to its limit)."""
+    limit = engine_limits(EngineConfig.from_flat(profile.model, **base_knobs(cpu)), profile.info).max_model_len
+    return load_traffic(_trace(trace), on_error="skip", vocab_size=profile.info.vocab_size, max_model_len=limit,
+                        long_prompts="truncate").requests
+
+
+def load_real_model(profile: GpuProfile, cpu: bool):
+    """The profile's model with its random weights, on the GPU (or the CPU)."""
+    from runtime.model.loader import load_model
+    from runtime.placement import resolve_device, resolve_dtype
+
+    device = resolve_device("cpu" if cpu else "auto")
+    return load_model(profile.model, resolve_dtype("auto", device), device, 0)
 
 
 # ---- the real runs (needs the model: a GPU, or --cpu) -------------------------------------------------------
@@ -98,11 +111,7 @@ def measure_real(profile: GpuProfile, windows: dict[str, Window], chosen: dict[s
     to `save` after every config, so a run cut short keeps what it measured)."""
     import torch
 
-    from runtime.model.loader import load_model
-    from runtime.placement import resolve_device, resolve_dtype
-
-    device = resolve_device("cpu" if cpu else "auto")
-    model = load_model(profile.model, resolve_dtype("auto", device), device, 0)
+    model = load_real_model(profile, cpu)
     out: dict[str, Any] = {"created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "windows": {}}
     for name, window in windows.items():
         requests = window_requests(name, window, profile, cpu)

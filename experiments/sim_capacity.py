@@ -40,20 +40,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_decode import add_record_args, emit
-from sim_accuracy import _cpu_profile, _trace, base_knobs, configs, real_runs
+from sim_accuracy import _cpu_profile, _err, base_knobs, configs, load_real_model, real_runs, run_sim, trace_requests
 
-from runtime import EngineConfig, GpuProfile, engine_limits
+from runtime import EngineConfig, GpuProfile
 from runtime.sim import VirtualClock, load_profile, sim_engine
 from runtime.sim.refit import step_samples
 from tuner.config import ObjectiveName, SloConfig
-from tuner.traffic import load_traffic, rebase, select
+from tuner.traffic import rebase, select
 from tuner.trials.job import Measurement, MeasurePlan
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.metrics import summarize
 from tuner.trials.replayer import engine_replay
 
-SLO = SloConfig()  # the tuner's default; on --cpu the quick start's (the tiny model meets 2 s at any rate)
-CPU_SLO = SloConfig(ttft_s=0.3, tpot_s=0.02)
 POINT = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "output_tok_s")
 ORDER = ("base", "small-budget", "no-graphs", "few-seqs", "tiers", "block-32")  # most telling first
 SPREAD_REPLAYS = 3
@@ -70,10 +68,8 @@ WINDOWS = {"azure": CapWindow("azure_llm_2023_code.csv", 1800.0, 120),
 
 
 def window_requests(window: CapWindow, profile: GpuProfile, cpu: bool) -> tuple:
-    limit = engine_limits(EngineConfig.from_flat(profile.model, **base_knobs(cpu)), profile.info).max_model_len
-    traffic = load_traffic(_trace(window.trace), on_error="skip", vocab_size=profile.info.vocab_size,
-                           max_model_len=limit, long_prompts="truncate")
-    return select(traffic.requests, start_s=window.start_s, max_requests=20 if cpu else window.requests)
+    return select(trace_requests(window.trace, profile, cpu), start_s=window.start_s,
+                  max_requests=20 if cpu else window.requests)
 
 
 def rate_rps(requests) -> float:
@@ -81,28 +77,28 @@ def rate_rps(requests) -> float:
     return (len(requests) - 1) / max(requests[-1].arrival_s - requests[0].arrival_s, 1e-9)
 
 
-def sim_plan(tol: float = 0.02) -> MeasurePlan:
-    return MeasurePlan(ObjectiveName.capacity, SLO, repeats=1, tol=tol)
+def slo_for(cpu: bool) -> SloConfig:
+    """The tuner's default SLO; on --cpu the quick start's (the tiny model meets 2 s at any rate)."""
+    return SloConfig(ttft_s=0.3, tpot_s=0.02) if cpu else SloConfig()
 
 
-def real_plan(start: float) -> MeasurePlan:
-    return MeasurePlan(ObjectiveName.capacity, SLO, repeats=3, start_scale=start, first_step=1.15, tol=0.05,
+def real_plan(start: float, slo: SloConfig) -> MeasurePlan:
+    return MeasurePlan(ObjectiveName.capacity, slo, repeats=3, start_scale=start, first_step=1.15, tol=0.05,
                        warmup_requests=32)
 
 
 # ---- the simulator (CPU work) -------------------------------------------------------------------------------
-def sim_capacity(config: EngineConfig, profile: GpuProfile, requests) -> Measurement:
+def sim_capacity(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig) -> Measurement:
     clock = VirtualClock()
     engine = sim_engine(config, profile, clock)
-    replayer = WindowReplayer(engine_replay(engine, clock), requests, sim_plan(), _quiet, lambda: 0.0)
-    return measure(replayer, sim_plan(), replayer.span_s)[0]
+    plan = MeasurePlan(ObjectiveName.capacity, slo, repeats=1, tol=0.02)
+    replayer = WindowReplayer(engine_replay(engine, clock), requests, plan, _quiet, lambda: 0.0)
+    return measure(replayer, plan, replayer.span_s)[0]
 
 
 def sim_point(config: EngineConfig, profile: GpuProfile, requests, scale: float) -> dict[str, float]:
-    """The simulated window at one rate scale, whole (no SLO stop)."""
-    clock = VirtualClock()
-    engine = sim_engine(config, profile, clock)
-    return summarize(engine_replay(engine, clock)(rebase(requests, scale)), SLO, 0.0)
+    """The simulated window at one rate scale, whole (no SLO stop): its latencies and throughput."""
+    return run_sim(config, profile, rebase(requests, scale))[0]
 
 
 # ---- the real runs (a GPU, or --cpu) ------------------------------------------------------------------------
@@ -112,12 +108,8 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
     capacity; written to `save` after every config. A config is not started past `budget_s`."""
     import torch
 
-    from runtime.model.loader import load_model
-    from runtime.placement import resolve_device, resolve_dtype
-
     began = time.perf_counter()
-    device = resolve_device("cpu" if cpu else "auto")
-    model = load_model(profile.model, resolve_dtype("auto", device), device, 0)
+    model, slo = load_real_model(profile, cpu), slo_for(cpu)
     out: dict[str, Any] = {"created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "windows": {}}
     for name, window in windows.items():
         requests = window_requests(window, profile, cpu)
@@ -132,8 +124,8 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
                 continue
             start = time.perf_counter()
             config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
-            sim = sim_capacity(config, profile, requests)
-            runs[cfg] = _real_search(config, model, requests, sim.values[0])
+            sim = sim_capacity(config, profile, requests, slo)
+            runs[cfg] = _real_search(config, model, requests, sim.values[0], slo)
             runs[cfg]["sim_capacity"] = sim.values[0]
             upper = runs[cfg]["upper"]
             print(f"  {cfg}: sim x{sim.values[0]:.3f}, real x{runs[cfg]['capacity']:.3f} (fails at "
@@ -146,14 +138,14 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
     return out
 
 
-def _real_search(config: EngineConfig, model, requests, start: float) -> dict[str, Any]:
+def _real_search(config: EngineConfig, model, requests, start: float, slo: SloConfig) -> dict[str, Any]:
     from runtime import LLMEngine, StepLog
     from tuner.trials.replay import ReplayClock
 
     clock = ReplayClock()
     engine = LLMEngine(config, clock=clock, model=model)
     log = StepLog(engine)  # every step after the warm-up, to check a refit on steps it never saw
-    plan = real_plan(start)
+    plan = real_plan(start, slo)
     replay_fn = engine_replay(engine, clock)
     replayer = WindowReplayer(replay_fn, requests, plan, _quiet, lambda: 0.0)
     replayer.warm_up(plan.warmup_requests)
@@ -165,7 +157,7 @@ def _real_search(config: EngineConfig, model, requests, start: float) -> dict[st
     point = [r.metrics for p in measurement.probes if p.scale == capacity for r in p.replays
              if r.passed and not r.metrics.get("stopped")]
     while capacity > 0 and len(point) < SPREAD_REPLAYS:
-        point.append(summarize(replay_fn(rebase(requests, capacity)), SLO, 0.0))
+        point.append(summarize(replay_fn(rebase(requests, capacity)), slo, 0.0))
     probes = [{"scale": p.scale, "passed": p.passed, "attainment": [r.metrics["slo_attainment"] for r in p.replays],
                "busy_s": [r.metrics.get("busy_s", 0.0) for r in p.replays]} for p in measurement.probes]
     return {"capacity": capacity, "upper": upper if upper != float("inf") else None, "probes": probes,
@@ -188,7 +180,7 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
         runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen}
         for cfg, run in runs.items():
             config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **chosen[cfg])
-            sims[cfg] = sim_capacity(config, profile, requests).values[0]
+            sims[cfg] = sim_capacity(config, profile, requests, slo_for(cpu)).values[0]
             real_cap, upper = run["capacity"], run["upper"]
             cap_rows.append(f"| {cfg} | {real_cap * rate:.3f} (x{real_cap:.3f}; fails at "
                             f"{'-' if upper is None else f'x{upper:.3f}'}) | {sims[cfg] * rate:.3f} (x{sims[cfg]:.3f}) "
@@ -250,10 +242,6 @@ def _point_cell(real: list[dict], sim: dict[str, float], metric: str) -> str:
     return f"{med:.4g} ({min(values):.4g}..{max(values):.4g}) / {sim[metric]:.4g} ({_err(sim[metric], med)})"
 
 
-def _err(sim: float, real: float) -> str:
-    return "n/a" if not real else f"{(sim - real) / real:+.0%}"
-
-
 def _rank(values: dict[str, float]) -> str:
     return " > ".join(sorted(values, key=lambda k: -values[k]))
 
@@ -271,9 +259,6 @@ def main() -> int:
     p.add_argument("--sim-only", action="store_true", help="only the simulated capacities (CPU), no real runs")
     add_record_args(p)
     a = p.parse_args()
-    if a.cpu:
-        global SLO
-        SLO = CPU_SLO
     profile_path = a.profile or _cpu_profile(a.cpu)
     profile = load_profile(profile_path)
     every = configs(a.cpu)
@@ -298,7 +283,7 @@ def _sim_only(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[s
         print(f"{name}: {len(requests)} requests, {rate_rps(requests):.3f} req/s at x1")
         for cfg, knobs in chosen.items():
             config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
-            m = sim_capacity(config, profile, requests)
+            m = sim_capacity(config, profile, requests, slo_for(cpu))
             busy = sim_point(config, profile, requests, m.values[0])["busy_s"]
             print(f"  {cfg}: x{m.values[0]:.3f} = {m.values[0] * rate_rps(requests):.3f} req/s, "
                   f"{len(m.probes)} probes; a whole replay at capacity: {busy:.1f} s simulated busy")

@@ -81,6 +81,7 @@ class LLMEngine:
         self.model_config = None if self.model is None else self.model.config
         self.vocab_size = backend.vocab_size
         self.max_model_len = backend.max_model_len
+        self.limits = RequestLimits(self.vocab_size, self.max_model_len)  # what every request must fit
         self.kv = KVCacheManager(backend.tiers, config.cache.enable_prefix_caching, config.cache.watermark)
         self.scheduler = Scheduler(
             self.kv, max_num_seqs=config.scheduler.max_num_seqs,
@@ -139,10 +140,6 @@ class LLMEngine:
         req.seqs.append(seq)
         self.requests[request_id] = req
         self.scheduler.add(seq)
-
-    @property
-    def limits(self) -> RequestLimits:
-        return RequestLimits(self.vocab_size, self.max_model_len)
 
     def reject_reason(self, prompt: Seq[int], params: SamplingParams) -> str | None:
         """Why `add_request` would reject this request (it can never fit), or None: `RequestLimits.reject_reason`."""
