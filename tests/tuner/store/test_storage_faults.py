@@ -20,7 +20,7 @@ from tests.tuner.pg import private_pg  # noqa: F401 (fixture)
 from tuner.traffic import SAMPLE_TRAFFIC
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-WORKERS, TRIALS = 2, 6
+WORKERS, TRIALS = 2, 8
 
 
 def _start_workers(tmp_path, url: str, *extra: str) -> list[subprocess.Popen]:
@@ -60,7 +60,10 @@ def _finish(procs) -> list[subprocess.CompletedProcess]:
 
 def test_a_restart_and_a_short_outage_cost_no_worker_and_no_trial(tmp_path, private_pg):  # noqa: F811
     pg = private_pg
-    procs = _start_workers(tmp_path, pg.url, "storage.retry_s=30", f"tracking.uri={pg.mlflow_url}")  # both in it
+    # both stores in it; a running trial beats every second, so the outage always meets a storage call (else a
+    # worker between two calls could sail through it without a word, and the messages below would be missing)
+    procs = _start_workers(tmp_path, pg.url, "storage.retry_s=30", "storage.heartbeat_interval_s=1",
+                           f"tracking.uri={pg.mlflow_url}")
     _wait_for_complete_trial(pg.url, procs)
     pg.restart()  # `pg_ctl restart -m fast`: every open connection is cut
     away_s = pg.stop_for(6.0)  # well inside storage.retry_s
