@@ -226,7 +226,8 @@ def main() -> int:
     p.add_argument("--windows", default=None, help="comma-separated: azure,mooncake (default both; azure on --cpu)")
     p.add_argument("--only", default=None, help="comma-separated config names")
     p.add_argument("--warmup", type=int, default=16)
-    p.add_argument("--real-in", default=None, help="compare against these real measurements (no model needed)")
+    p.add_argument("--real-in", nargs="+", default=None,
+                   help="compare against these real measurements (one or more files; no model needed)")
     p.add_argument("--real-out", default=None, help="write the real measurements here (JSON)")
     p.add_argument("--refit-out", default=None, help="write the profile refitted on every real step here")
     p.add_argument("--out-md", default=None, help="also write the comparison (markdown) here")
@@ -250,14 +251,31 @@ def main() -> int:
 
 
 def real_runs(a: argparse.Namespace, measure: Any) -> dict[str, Any]:
-    """The real measurements: read from --real-in, or measured now by `measure(save path or None)` (--real-out)."""
+    """The real measurements: read from --real-in (one file or several, merged), or measured now by
+    `measure(save path or None)` (--real-out)."""
     if a.real_in:
-        return json.loads(Path(a.real_in).read_text(encoding="utf-8"))
+        return merge_runs([json.loads(Path(f).read_text(encoding="utf-8")) for f in a.real_in])
     if a.cpu:
         import torch
 
         torch.set_num_threads(1)  # a steadier CPU engine
     return measure(Path(a.real_out) if a.real_out else None)
+
+
+def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several device calls' measurements as one: their windows, each window's configs (a later file's config
+    replaces an earlier one's), and every file's date."""
+    merged: dict[str, Any] = {"created": " and ".join(r["created"] for r in runs), "windows": {}}
+    for run in runs:
+        for name, data in run["windows"].items():
+            fresh = {k: v for k, v in data.items() if k not in ("configs", "rows")}
+            into = merged["windows"].setdefault(name, {**fresh, "configs": {}, "rows": []})
+            if into["window"] != data["window"]:
+                raise SystemExit(f"--real-in: window {name} differs between files: "
+                                 f"{into['window']} vs {data['window']}")
+            into["configs"].update(data["configs"])
+            into["rows"] += data.get("rows", [])
+    return merged
 
 
 def _trace(name: str) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,13 @@ class GpuProfile:
     def step_samples(self) -> list[StepSample]:
         return [StepSample(Variant.parse(key), StepShape(*(int(v) for v in row[:4])), row[4])
                 for key, rows in self.samples.items() for row in rows]
+
+    def scaled(self, factor: float) -> GpuProfile:
+        """This profile with every step predicted `factor` times as long (floors too; the host model as it is):
+        how far a step-time error of that size moves a simulated figure."""
+        if not factor > 0:
+            raise ValueError(f"a step-time scale must be positive, got {factor}")
+        return replace(self, coefficients={k: tuple(c * factor for c in v) for k, v in self.coefficients.items()})
 
     @property
     def label(self) -> str:

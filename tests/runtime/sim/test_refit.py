@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime import refit_profile
+from runtime.sim.stepmodel import StepShape
 from tests.runtime.sim.sim_factories import tiny_profile
 from tests.runtime.sim.test_stepmodel import EAGER16, TRUE, synthetic_samples
 
@@ -19,3 +20,17 @@ def test_a_refit_on_real_steps_moves_to_their_coefficients():
     assert refit.profile.coefficients[EAGER16.key] == pytest.approx((*TRUE[EAGER16.key], 0.0), rel=1e-6, abs=1e-15)
     assert len(refit.profile.samples[EAGER16.key]) == 44
     assert refit.profile.notes[-1].startswith("refitted with 44 steps timed on the real engine")
+
+
+def test_a_scaled_profile_predicts_every_step_that_many_times_as_long():
+    floored = (*TRUE[EAGER16.key], 0.004)  # a floor too: 4 ms
+    profile = tiny_profile({EAGER16.key: floored})
+    slow = profile.scaled(1.03)
+    # 3 ms + 100 x 20 us + 5,000 x 0.4 ns + 2 x 60 us + 300 x 30 ns = 5.131 ms (over the 4 ms floor), then x1.03
+    shape = StepShape(prefill_tokens=100, prefill_attention=5000, decode_seqs=2, decode_context=300)
+    assert profile.step_model.predict(EAGER16, shape) == pytest.approx(5.131e-3, rel=1e-12)
+    assert slow.step_model.predict(EAGER16, shape) == pytest.approx(5.28493e-3, rel=1e-12)
+    assert slow.step_model.predict(EAGER16, StepShape()) == pytest.approx(1.03 * 0.004)  # the floor scales
+    assert slow.host == profile.host and profile.coefficients[EAGER16.key] == floored  # the original unchanged
+    with pytest.raises(ValueError, match="step-time scale must be positive, got 0"):
+        profile.scaled(0)
