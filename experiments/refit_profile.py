@@ -1,10 +1,10 @@
 """A shipped GPU profile, rebuilt from what was measured: the profile as `python -m runtime.profile` wrote it,
 refitted (`runtime.refit_profile`) with the real steps that H200 runs logged.
 
-    # conf/profiles/h200-llama-3-8b.json as shipped: the measured profile and every logged real step
+    # conf/profiles/h200-llama-3-8b.json as shipped: the measured profile and the steps the Mooncake capacity
+    # replays logged after the prefill-plan fix (no Azure step: the Azure comparison stays held out)
     python experiments/refit_profile.py --profile experiments/results/h200-sim/h200-llama-3-8b.measured.json \
-        --rows experiments/results/h200-sim/real.json experiments/results/h200-sim/capacity-mooncake.json \
-        --out conf/profiles/h200-llama-3-8b.json
+        --rows experiments/results/h200-sim/capacity6-mooncake-{1,2,3}.json --out conf/profiles/h200-llama-3-8b.json
 
 A rows file is `sim_accuracy.py --real-out` (rows per window) or `sim_capacity.py --real-out` (rows per
 config). It prints the refit's error on held-back real steps, before and after.
