@@ -12,8 +12,9 @@ from tests.runtime.test_text import FRANCE
 
 
 @pytest.fixture(scope="module")
-def client():
-    """A server on smollm2 (the offline reference's config), its engine in a child process that loads it."""
+def client(smollm2_gguf):
+    """A server on smollm2 (the offline reference's config), its engine in a child process that loads it (the
+    file fetched first: this module may run before any other that asks for it)."""
     config = server_config("smollm2-135m", dtype="float32", device_memory_gb=1.0, max_model_len=1024)
     with running_server(config) as served:
         yield openai.OpenAI(base_url=served.base_url, api_key="unused", max_retries=0)
