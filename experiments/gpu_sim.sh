@@ -5,6 +5,7 @@
 #   bash experiments/gpu_sim.sh accuracy               # ~6 min: $OUT/real.json (measurements), sim_accuracy.{md,txt}, the refit
 #   bash experiments/gpu_sim.sh capacity azure base,small-budget,no-graphs,tiers   # ~9 min: $OUT/capacity-azure.json
 #   bash experiments/gpu_sim.sh short-chunks           # ~1 min: prefill paths planned per layer vs once a step
+#   bash experiments/gpu_sim.sh prefill-paths          # ~1 min: short chunks by SDPA vs by the flash kernel
 # The accuracy call reads conf/profiles/h200-llama-3-8b.json: copy the profile call's file there first.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -22,5 +23,8 @@ case "$1" in
   short-chunks)
     python3 experiments/bench_short_chunks.py --record --results "$OUT/RESULTS_short_chunks.md" 2>&1 \
       | tee "$OUT/bench_short_chunks.txt" ;;
-  *) echo "usage: $0 profile MODEL | accuracy | capacity WINDOW CONFIGS | short-chunks" >&2; exit 2 ;;
+  prefill-paths)
+    python3 experiments/bench_prefill_paths.py --record --results "$OUT/RESULTS_prefill_paths.md" 2>&1 \
+      | tee "$OUT/bench_prefill_paths.txt" ;;
+  *) echo "usage: $0 profile MODEL | accuracy | capacity WINDOW CONFIGS | short-chunks | prefill-paths" >&2; exit 2 ;;
 esac

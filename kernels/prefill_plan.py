@@ -6,7 +6,8 @@ batch, needs the chunk and context lengths on the host and a handful of index te
 Built inside each layer that is a device sync and several host-to-device copies per layer (each copy
 from pageable memory waits for the device): measured on an H200, a Llama-3-8B step with one short chunk
 took 3-4x its predicted time. `plan_prefill` builds it once a step from the host lists the input
-builder already has (`runtime.inputs`); `prefill_attention` builds it per call when given none.
+builder already has (`runtime.inputs`); `prefill_attention` builds it per call when given none. The
+threshold of 1 sends every chunk to flash, the faster path at every chunk length measured on an H200.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ loads on first use (PEP 562), and an engine on a model imports torch when it is 
                  GpuProfile, load_profile, sim_engine, sim_memory,         the simulator (runtime.sim): a GPU
                  VirtualClock, StepTimeModel, StepSample, StepShaper,      profile, an engine on its step times,
                  fit, fit_error, Refit, refit_profile, StepRow, HostModel  a step's shape, the fit and refit
+                 SIM_UNMODELLED                                            fields the step-time model cannot see
                  StepLog                                                   a real engine's steps, timed
                  LLMEngine, SamplingParams, RequestOutputKind, RequestOutput, CompletionOutput,
                  RequestMetrics, StepStats, StepTotals                     the engine and its outputs
@@ -36,6 +37,7 @@ from runtime.model.info import ModelInfo, ModelLoadError, model_info
 from runtime.model.source import has_tokenizer
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from runtime.sampling_params import RequestOutputKind, SamplingParams
+from runtime.sim import UNMODELLED as SIM_UNMODELLED
 from runtime.sim import (
     GpuProfile,
     HostModel,
@@ -61,10 +63,10 @@ _LAZY = ("LLM", "WeightCache", "DeviceInfo", "describe_device", "peak_memory_gb"
          "load_tokenizer", "encode_chat", "NoTokenizerError", "sampling_probs")
 
 __all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "GpuProfile", "ModelInfo",
-           "HostModel", "Refit", "ModelLoadError", "StepLog", "StepRow", "StepSample", "StepShaper", "StepTimeModel",
-           "VirtualClock", "build_config", "engine_limits", "fit", "fit_error", "has_tokenizer", "load_profile",
-           "model_info", "refit_profile", "save_profile", "sim_engine", "sim_memory", "LLMEngine", "SamplingParams",
-           "RequestOutputKind",
+           "HostModel", "Refit", "ModelLoadError", "SIM_UNMODELLED", "StepLog", "StepRow", "StepSample", "StepShaper",
+           "StepTimeModel", "VirtualClock", "build_config", "engine_limits", "fit", "fit_error", "has_tokenizer",
+           "load_profile", "model_info", "refit_profile", "save_profile", "sim_engine", "sim_memory", "LLMEngine",
+           "SamplingParams", "RequestOutputKind",
            "RequestOutput", "CompletionOutput", "RequestMetrics", "StepStats", "StepTotals", "InsufficientMemoryError",
            *_LAZY]
 

@@ -150,7 +150,9 @@ class SchedulerConfig:
 @dataclass(frozen=True)
 class KernelConfig:
     attention_backend: str = "auto"  # auto: triton on CUDA, torch elsewhere | torch | triton
-    flash_min_len: int = 64  # prefill chunks shorter than this use torch SDPA instead of flash
+    # prefill chunks shorter than this use torch SDPA on their gathered K/V instead of the flash kernel; 1: none
+    # do (on an H200 flash took a 2-63-token chunk's step 2.6-14x faster: experiments/bench_prefill_paths.py)
+    flash_min_len: int = 1
     split_kv_min_len: int = 2048  # decode contexts longer than this use split-KV
     # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax; None: no clamp
     qk_clip: float | None = field(default=None, metadata={NEUTRAL: None})

@@ -203,13 +203,15 @@ def _job(cfg: DictConfig, out_dir: Path, interrupts: Interrupts) -> int:
         console.lines(list(executors.notes))
         hardware = executors.search.describe(app.runtime)
         try:
-            space = SearchSpace.from_config(app.search, app.runtime.inert_fields(hardware.device_type))
+            inert = app.runtime.inert_fields(hardware.device_type) | hardware.unmodelled
+            space = SearchSpace.from_config(app.search, inert)
             baseline, source = baseline_config(app, hardware, space)
         except (TunerConfigError, ConfigError) as e:
             raise Refused(str(e)) from None
         console.line(f"device: {hardware.summary} ({hardware.versions}); baseline: {source}")
         if space.inert:
-            console.line(f"not searched, no effect on {hardware.device_type}: {', '.join(space.inert)}")
+            where = "in simulation" if hardware.unmodelled else f"on {hardware.device_type}"
+            console.line(f"not searched, no effect {where}: {', '.join(space.inert)}")
         return _study(app, cfg, traffic, space, baseline, search, held_out, rates, executors, console, hardware,
                       out_dir)
     except WorkerStartError as e:

@@ -16,8 +16,8 @@ from runtime.sim.hostmodel import HostModel, fit_host
 from runtime.sim.profile_file import GpuProfile, load_profile, save_profile
 from runtime.sim.refit import Refit, StepRow, refit_profile
 from runtime.sim.shape import StepShaper
-from runtime.sim.stepmodel import FitError, StepSample, StepShape, StepTimeModel, Variant, fit, fit_error
+from runtime.sim.stepmodel import UNMODELLED, FitError, StepSample, StepShape, StepTimeModel, Variant, fit, fit_error
 
-__all__ = ["FitError", "GpuProfile", "HostModel", "Refit", "StepRow", "StepSample", "StepShape", "StepShaper",
-           "StepTimeModel", "Variant", "VirtualClock", "fit", "fit_error", "fit_host", "load_profile", "refit_profile",
-           "save_profile", "sim_engine", "sim_memory"]
+__all__ = ["UNMODELLED", "FitError", "GpuProfile", "HostModel", "Refit", "StepRow", "StepSample", "StepShape",
+           "StepShaper", "StepTimeModel", "Variant", "VirtualClock", "fit", "fit_error", "fit_host", "load_profile",
+           "refit_profile", "save_profile", "sim_engine", "sim_memory"]

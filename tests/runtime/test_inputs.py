@@ -37,3 +37,11 @@ def test_the_torch_path_plans_nothing():
     kv = make_manager(block_size=4, num_blocks=16)
     meta = build_inputs(_step(kv), kv, KernelConfig(flash_min_len=16), False, torch.device("cpu")).meta
     assert meta.tiers[0].prefill.plan is None
+
+
+def test_by_default_every_chunk_takes_the_flash_kernel_in_one_launch():
+    """The default `flash_min_len` (1): a 5-token chunk and a 20-token prompt both go to flash, nothing to SDPA."""
+    kv = make_manager(block_size=4, num_blocks=16)
+    assert KernelConfig().flash_min_len == 1
+    plan = build_inputs(_step(kv), kv, KernelConfig(), True, torch.device("cpu")).meta.tiers[0].prefill.plan
+    assert plan == (True, None, None)

@@ -17,7 +17,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runtime import ConfigError, EngineConfig, StepTimeModel, VirtualClock, load_profile, sim_engine, sim_memory
+from runtime import (
+    SIM_UNMODELLED,
+    ConfigError,
+    EngineConfig,
+    StepTimeModel,
+    VirtualClock,
+    load_profile,
+    sim_engine,
+    sim_memory,
+)
 from tuner.traffic import TrafficRequest
 from tuner.trials.job import Hardware, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import WindowReplayer, measure
@@ -50,7 +59,7 @@ class SimExecutor:
         versions = ", ".join(f"{k} {v}" for k, v in (("torch", d.torch), ("triton", d.triton), ("CUDA", d.cuda),
                                                       ("driver", d.driver)) if v)
         return Hardware(d.type, d.name, d.memory_bytes / GIB, f"1 x {d.name} (simulated: {self.path.name})",
-                        f"profiled with {versions}")
+                        f"profiled with {versions}", SIM_UNMODELLED)
 
     def run(self, job: TrialJob, requests: Sequence[TrafficRequest], on_progress: OnProgress,
             on_checkpoint: OnCheckpoint, timeout_s: float) -> TrialOutcome:
