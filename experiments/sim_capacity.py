@@ -24,6 +24,9 @@ Beside each simulated capacity, the same search with every predicted step 3% sho
 (`GpuProfile.scaled`): where one request of a small window decides the capacity, a step-time error that
 small can move it further than the 10% target, and this column shows how far.
 
+With --real-out the file is rewritten after every measured replay: a config whose search a call's time limit
+cuts keeps its replays so far under `cut`, and the comparison lists them.
+
 No Azure step is in the shipped profile's refit, so its Azure figures are held out. The refit took the
 Mooncake replays of this window (`capacity6-mooncake-*.json`), so its Mooncake figures are in-sample.
 """
@@ -36,6 +39,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -52,7 +56,7 @@ from runtime.sim import VirtualClock, load_profile, sim_engine
 from runtime.sim.refit import step_samples
 from tuner.config import ObjectiveName, SloConfig
 from tuner.traffic import rebase, select
-from tuner.trials.job import Measurement, MeasurePlan
+from tuner.trials.job import Measurement, MeasurePlan, ReplaySummary
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.metrics import summarize
 from tuner.trials.replayer import engine_replay
@@ -133,20 +137,29 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
             start = time.perf_counter()
             config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
             sim = sim_capacity(config, profile, requests, slo)
-            runs[cfg] = _real_search(config, model, requests, sim.values[0], slo)
+            cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
+            runs[cfg] = {"cut": cut, "sim_capacity": sim.values[0]}
+            runs[cfg] = _real_search(config, model, requests, sim.values[0], slo,
+                                     lambda summary, cut=cut: (cut.append(summary), _write(save, out)))
             runs[cfg]["sim_capacity"] = sim.values[0]
             upper = runs[cfg]["upper"]
             print(f"  {cfg}: sim x{sim.values[0]:.3f}, real x{runs[cfg]['capacity']:.3f} (fails at "
                   f"{'-' if upper is None else f'x{upper:.3f}'}), {time.perf_counter() - start:.0f} s", flush=True)
-            if save is not None:
-                save.write_text(json.dumps(out) + "\n", encoding="utf-8")
+            _write(save, out)
             gc.collect()  # the KV pool goes before the next config's engine plans its own
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
     return out
 
 
-def _real_search(config: EngineConfig, model, requests, start: float, slo: SloConfig) -> dict[str, Any]:
+def _write(save: Path | None, out: dict[str, Any]) -> None:
+    if save is not None:
+        save.write_text(json.dumps(out) + "\n", encoding="utf-8")
+
+
+def _real_search(config: EngineConfig, model, requests, start: float, slo: SloConfig,
+                 on_replay: Callable[[dict], None]) -> dict[str, Any]:
+    """The real search from `start`; `on_replay` gets each measured replay's scale, attainment and busy time."""
     from runtime import LLMEngine, StepLog
     from tuner.trials.replay import ReplayClock
 
@@ -159,7 +172,14 @@ def _real_search(config: EngineConfig, model, requests, start: float, slo: SloCo
     replayer.warm_up(plan.warmup_requests)
     replay_fn(rebase(requests, start))  # unmeasured: every kernel shape of the window compiled
     log.rows.clear()
-    measurement = measure(replayer, plan, replayer.span_s)[0]
+
+    def logged(scale: float) -> ReplaySummary:
+        summary = replayer(scale)
+        on_replay({"scale": scale, "attainment": summary.metrics["slo_attainment"],
+                   "busy_s": summary.metrics.get("busy_s", 0.0)})
+        return summary
+
+    measurement = measure(logged, plan, replayer.span_s)[0]
     capacity = measurement.values[0]
     upper = measurement.metrics["capacity_upper_scale"]
     point = [r.metrics for p in measurement.probes if p.scale == capacity for r in p.replays
@@ -185,7 +205,8 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
         requests = window_requests(window, profile, cpu)
         rate = rate_rps(requests)
         cap_rows, point_rows, sims = [], [], {}
-        runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen}
+        runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen and "capacity" in run}
+        cut = {cfg: run["cut"] for cfg, run in data["configs"].items() if cfg in chosen and "capacity" not in run}
         for cfg, run in runs.items():
             config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **chosen[cfg])
             sims[cfg] = sim_capacity(config, profile, requests, slo_for(cpu)).values[0]
@@ -207,6 +228,9 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
                   "| simulated, step times " + " / ".join(f"x{f:g}" for f in SENSITIVITY) + " (error) "
                   "| real probes (scale: attainment of each replay) |",
                   "|---|---|---|---|---|---|", *cap_rows, "",
+                  *(f"{cfg}: cut by the call's time limit after {len(replays)} replays ("
+                    + "; ".join(f"x{r['scale']:.3f}: {r['attainment']:.2f}" for r in replays) + ")"
+                    for cfg, replays in cut.items()), *([""] if cut else []),
                   f"ranking by capacity, real: {_rank(ranked)}", f"ranking by capacity, sim:  {_rank(sims)}", "",
                   f"At the real capacity: real median (min..max of {SPREAD_REPLAYS} whole replays) / simulated (error)",
                   "", "| config | scale | " + " | ".join(POINT) + " |", "|" + "---|" * (2 + len(POINT)),
@@ -238,7 +262,7 @@ def _kind(shape, graphs: bool) -> str:
     if not shape.prefill_tokens:
         mean_ctx = shape.decode_context / max(shape.decode_seqs, 1)
         return f"decode, {'graph' if graphs else 'eager'}, mean context {'< 2k' if mean_ctx < 2048 else '>= 2k'}"
-    size = "< 64 (short path)" if shape.prefill_tokens < 64 else "< 1k" if shape.prefill_tokens < 1024 else (
+    size = "< 64" if shape.prefill_tokens < 64 else "< 1k" if shape.prefill_tokens < 1024 else (
         "< 4k" if shape.prefill_tokens < 4096 else ">= 4k")
     return f"{'mixed' if shape.decode_seqs else 'prefill'}, chunk tokens {size}"
 
