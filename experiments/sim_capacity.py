@@ -139,8 +139,7 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
             sim = sim_capacity(config, profile, requests, slo)
             cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
             runs[cfg] = {"cut": cut, "sim_capacity": sim.values[0]}
-            runs[cfg] = _real_search(config, model, requests, sim.values[0], slo,
-                                     lambda summary, cut=cut: (cut.append(summary), _write(save, out)))
+            runs[cfg] = _real_search(config, model, requests, sim.values[0], slo, _recorder(cut, save, out))
             runs[cfg]["sim_capacity"] = sim.values[0]
             upper = runs[cfg]["upper"]
             print(f"  {cfg}: sim x{sim.values[0]:.3f}, real x{runs[cfg]['capacity']:.3f} (fails at "
@@ -150,6 +149,16 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
     return out
+
+
+def _recorder(cut: list[dict], save: Path | None, out: dict[str, Any]) -> Callable[[dict], None]:
+    """Each replay into `cut`, then the whole file rewritten."""
+
+    def record(summary: dict) -> None:
+        cut.append(summary)
+        _write(save, out)
+
+    return record
 
 
 def _write(save: Path | None, out: dict[str, Any]) -> None:
