@@ -16,7 +16,7 @@ case "$1" in
   accuracy)  # both windows (Azure code, Mooncake) in one process: the measurements, then the comparison
     python3 experiments/sim_accuracy.py --profile conf/profiles/h200-llama-3-8b.json --real-out "$OUT/real.json" \
       --out-md "$OUT/sim_accuracy.md" --refit-out "$OUT/h200-llama-3-8b.refit.json" 2>&1 | tee "$OUT/sim_accuracy.txt" ;;
-  capacity)  # one window: real capacity searches from the simulated ones (BUDGET_S: start no config after it)
+  capacity)  # one window: real capacity searches from the simulated ones (BUDGET_S: start no config but the first after it)
     python3 experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows "$2" --only "$3" \
       --budget-s ${BUDGET_S:-380} --real-out "$OUT/capacity-$2.json" --out-md "$OUT/sim_capacity-$2.md" 2>&1 \
       | tee "$OUT/sim_capacity-$2.txt" ;;

@@ -1,10 +1,12 @@
 """A shipped GPU profile, rebuilt from what was measured: the profile as `python -m runtime.profile` wrote it,
 refitted (`runtime.refit_profile`) with the real steps that H200 runs logged.
 
-    # conf/profiles/h200-llama-3-8b.json as shipped: the measured profile and the steps the Mooncake capacity
-    # replays logged after the prefill-plan fix (no Azure step: the Azure comparison stays held out)
-    python experiments/refit_profile.py --profile experiments/results/h200-sim/h200-llama-3-8b.measured.json \
-        --rows experiments/results/h200-sim/capacity6-mooncake-{1,2,3}.json --out conf/profiles/h200-llama-3-8b.json
+    # conf/profiles/h200-llama-3-8b.json as shipped (then calibrate_tier_cost.py: conf/profiles/README.md): the
+    # measured profile and every step the capacity replays logged with every prefill chunk on flash
+    H=experiments/results/h200-sim
+    python experiments/refit_profile.py --profile $H/h200-llama-3-8b.measured.json --rows \
+        $H/capacity7-mooncake-{1,2}.json $H/capacity8-mooncake-1.json $H/capacity7-azure.json \
+        $H/capacity8-azure-{1,2}.json --out conf/profiles/h200-llama-3-8b.json
 
 A rows file is `sim_accuracy.py --real-out` (rows per window) or `sim_capacity.py --real-out` (rows per
 config). It prints the refit's error on held-back real steps, before and after.

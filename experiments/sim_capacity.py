@@ -53,7 +53,7 @@ from sim_accuracy import _cpu_profile, _err, base_knobs, configs, load_real_mode
 
 from runtime import EngineConfig, GpuProfile
 from runtime.sim import VirtualClock, load_profile, sim_engine
-from runtime.sim.refit import step_samples
+from runtime.sim.refit import step_samples, tier_steps
 from tuner.config import ObjectiveName, SloConfig
 from tuner.traffic import rebase, select
 from tuner.trials.job import Measurement, MeasurePlan, ReplaySummary
@@ -117,11 +117,12 @@ def sim_point(config: EngineConfig, profile: GpuProfile, requests, scale: float)
 def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool,
                  budget_s: float, save: Path | None) -> dict[str, Any]:
     """Per window and config: the simulated capacity, the real search from there, the replays at the real
-    capacity; written to `save` after every config. A config is not started past `budget_s`."""
+    capacity; written to `save` after every config. No config but the first is started past `budget_s`
+    (counted from the model's load)."""
     import torch
 
-    began = time.perf_counter()
     model, slo = load_real_model(profile, cpu), slo_for(cpu)
+    began, started = time.perf_counter(), 0
     out: dict[str, Any] = {"created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "windows": {}}
     for name, window in windows.items():
         requests = window_requests(window, profile, cpu)
@@ -131,10 +132,10 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
         print(f"{name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s "
               f"({rate_rps(requests):.3f} req/s at x1)", flush=True)
         for cfg, knobs in chosen.items():
-            if time.perf_counter() - began > budget_s:
+            if started and time.perf_counter() - began > budget_s:
                 print(f"  {cfg}: not started (past --budget-s {budget_s:g})", flush=True)
                 continue
-            start = time.perf_counter()
+            start, started = time.perf_counter(), started + 1
             config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
             sim = sim_capacity(config, profile, requests, slo)
             cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
@@ -237,8 +238,8 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
                   "| simulated, step times " + " / ".join(f"x{f:g}" for f in SENSITIVITY) + " (error) "
                   "| real probes (scale: attainment of each replay) |",
                   "|---|---|---|---|---|---|", *cap_rows, "",
-                  *(f"{cfg}: cut by the call's time limit after {len(replays)} replays ("
-                    + "; ".join(f"x{r['scale']:.3f}: {r['attainment']:.2f}" for r in replays) + ")"
+                  *(_cut_line(cfg, replays, sim_capacity(EngineConfig.from_flat(
+                      profile.model, **base_knobs(cpu), **chosen[cfg]), profile, requests, slo_for(cpu)).values[0])
                     for cfg, replays in cut.items()), *([""] if cut else []),
                   f"ranking by capacity, real: {_rank(ranked)}", f"ranking by capacity, sim:  {_rank(sims)}", "",
                   f"At the real capacity: real median (min..max of {SPREAD_REPLAYS} whole replays) / simulated (error)",
@@ -251,12 +252,21 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
     return lines
 
 
+def _cut_line(cfg: str, replays: list[dict], sim: float) -> str:
+    """A config whose real search the call's time limit cut: its replays, and the simulated capacity."""
+    return (f"{cfg}: cut by the call's time limit after {len(replays)} replays ("
+            + "; ".join(f"x{r['scale']:.3f}: {r['attainment']:.2f}" for r in replays) + f"); simulated x{sim:.3f}")
+
+
 def step_kinds(profile: GpuProfile, rows: list[list]) -> list[str]:
     """Predicted / measured step time by kind of step: median, p10, p90, and the sums."""
     groups: dict[str, list[tuple[float, float]]] = {}
     model = profile.step_model
     for s in step_samples(rows):
         groups.setdefault(_kind(s.shape, s.variant.graphs), []).append((model.predict(s.variant, s.shape), s.seconds))
+    for parts, seconds in tier_steps(rows):
+        kind = "decode" if not any(shape.prefill_tokens for _, shape in parts) else "with prefill"
+        groups.setdefault(f"over {len(parts)} tiers, {kind}", []).append((model.predict_tiers(parts), seconds))
     lines = ["| kind of step | steps | predicted / measured: median (p10..p90) | sum predicted / measured s |",
              "|---|---|---|---|"]
     for kind, pairs in sorted(groups.items()):
@@ -297,7 +307,8 @@ def main() -> int:
     p.add_argument("--profile", default=None, help="a GPU profile from python -m runtime.profile")
     p.add_argument("--windows", default="azure", help="comma-separated: azure,mooncake")
     p.add_argument("--only", default=None, help="comma-separated config names, in this order")
-    p.add_argument("--budget-s", type=float, default=480.0, help="start no config after this many seconds")
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="start no config but the first after this many seconds")
     p.add_argument("--real-in", nargs="+", default=None,
                    help="compare against these real measurements (one or more files; no model needed)")
     p.add_argument("--real-out", default=None, help="write the real measurements here (JSON)")

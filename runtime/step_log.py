@@ -4,11 +4,12 @@ No torch.
 Wraps the engine's step, runner and sampler. A step's device time runs from the runner's call until the
 sampled tokens are on the host (the sampler's host lists wait for the device): the work the step-time
 model predicts. Its host time is the rest of the step (scheduling, outputs) plus, when the engine stayed
-busy, the replay loop's gap since the previous step: what the host model predicts. Only one-tier steps
-are kept (the step-time model is fitted per variant), at most `limit` of them.
+busy, the replay loop's gap since the previous step: what the host model predicts. A step over several
+tiers is a row of its first tier with the others' shapes in `others` (they fit the cost of a tier, the
+one-tier rows the per-variant coefficients). At most `limit` rows.
 
     row: runtime.sim.refit.StepRow (variant key, prefill_tokens, prefill_attention, decode_seqs,
-         decode_context, seconds, scheduled sequences, host seconds)
+         decode_context, seconds, scheduled sequences, host seconds, the further tiers' shapes)
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ class StepLog:
 
     def _log(self, seconds: float, out: Any, host_s: float) -> None:
         parts = self.shaper.parts(out.scheduled)
-        if len(parts) == 1 and len(self.rows) < self.limit:
-            variant, shape = parts[0]
-            self.rows.append(StepRow(variant.key, *shape, seconds, len(out.scheduled), host_s))
+        if parts and len(self.rows) < self.limit:
+            (variant, shape), rest = parts[0], parts[1:]
+            others = tuple((v.key, *s) for v, s in rest)
+            self.rows.append(StepRow(variant.key, *shape, seconds, len(out.scheduled), host_s, others))
 
     def execute(self, out: Any) -> Any:
         self._started = (time.perf_counter(), out)

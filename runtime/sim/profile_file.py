@@ -67,12 +67,13 @@ class GpuProfile:
     notes: tuple[str, ...] = ()  # variants skipped or cut by the time budget, and why
     host: tuple[float, float] = (0.0, 0.0)  # hostmodel.HostModel: a step's host time beyond the model's
     #                                        (0, 0 until a refit measures it on the real engine)
+    tier_s: float = 0.0  # stepmodel.StepTimeModel.tier_s: a step's cost per tier past the first
     format: int = FORMAT
 
     def __post_init__(self) -> None:
         if self.format != FORMAT:
             raise ConfigError(f"format: this runtime reads GPU profile format {FORMAT}, got {self.format}")
-        StepTimeModel(self.coefficients)  # validates the keys and lengths
+        StepTimeModel(self.coefficients, self.tier_s)  # validates the keys, the lengths and tier_s
 
     @property
     def info(self) -> ModelInfo:
@@ -80,7 +81,7 @@ class GpuProfile:
 
     @property
     def step_model(self) -> StepTimeModel:
-        return StepTimeModel(self.coefficients)
+        return StepTimeModel(self.coefficients, self.tier_s)
 
     @property
     def host_model(self) -> HostModel:
@@ -101,7 +102,8 @@ class GpuProfile:
         how far a step-time error of that size moves a simulated figure."""
         if not factor > 0:
             raise ValueError(f"a step-time scale must be positive, got {factor}")
-        return replace(self, coefficients={k: tuple(c * factor for c in v) for k, v in self.coefficients.items()})
+        return replace(self, coefficients={k: tuple(c * factor for c in v) for k, v in self.coefficients.items()},
+                       tier_s=self.tier_s * factor)
 
     @property
     def label(self) -> str:

@@ -96,6 +96,7 @@ class FitError(NamedTuple):
 @dataclass(frozen=True)
 class StepTimeModel:
     coefficients: Mapping[str, tuple[float, ...]]  # Variant.key -> one coefficient per FEATURES entry
+    tier_s: float = 0.0  # what each tier past the first adds to a step
     # Variant -> the coefficients it resolves to: a cache filled on first use (every simulated step asks)
     _resolved: dict[Variant, tuple[float, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -107,6 +108,8 @@ class StepTimeModel:
             if len(coef) not in (len(FEATURES), len(FEATURES) + 1):
                 raise ValueError(f"step-time variant {key}: {len(coef)} coefficients, expected {len(FEATURES)} "
                                  f"and a floor ({len(FEATURES) + 1})")
+        if not (math.isfinite(self.tier_s) and self.tier_s >= 0):
+            raise ValueError(f"tier_s: a step's cost per extra tier must be >= 0 seconds, got {self.tier_s}")
 
     def resolve(self, variant: Variant) -> Variant:
         """`variant` if it was profiled, else the nearest profiled one (graphs, dtype, then block size)."""
@@ -135,7 +138,7 @@ class StepTimeModel:
 
     def predict_tiers(self, parts: Sequence[tuple[Variant, StepShape]]) -> float:
         """Seconds for a step over several tiers: one constant, GEMM terms and floor (first tier's variant),
-        attention terms per tier."""
+        attention terms per tier, `tier_s` per tier past the first."""
         if not parts:
             return 0.0
         first = self._coefficients(parts[0][0])
@@ -145,7 +148,7 @@ class StepTimeModel:
             # the products of `shape.features()`, without building it (float * int rounds as float * float(int))
             total += (first[1] * shape.prefill_tokens + own[2] * shape.prefill_attention
                       + first[3] * shape.decode_seqs + own[4] * shape.decode_context)
-        return max(total, first[5], 0.0)
+        return max(total, first[5], 0.0) + self.tier_s * (len(parts) - 1)
 
 
 HICCUP = 3.0  # a step measured this many times its fitted prediction is a hiccup, not its shape's cost
@@ -227,6 +230,16 @@ def _relative_error(x: np.ndarray, y: np.ndarray, coef: np.ndarray, floor: float
     """Mean squared relative error of max(floor, work), each step's capped at 1 (a hiccup counts, not more)."""
     predicted = np.maximum(np.maximum(x @ coef, floor), 0.0)
     return float(np.mean(np.minimum(((predicted - y) / y) ** 2, 1.0)))
+
+
+def fit_tier_cost(model: StepTimeModel, steps: Iterable[tuple[Sequence[tuple[Variant, StepShape]], float]]) -> float:
+    """`tier_s` from timed steps over several tiers: the median over them of what each took beyond `model`'s
+    prediction without the tier cost, per tier past the first (at least 0; a median: hiccups do not move it)."""
+    plain = StepTimeModel(model.coefficients)
+    extra = [(seconds - plain.predict_tiers(parts)) / (len(parts) - 1) for parts, seconds in steps if len(parts) > 1]
+    if not extra:
+        raise ValueError("fit_tier_cost needs at least one step over two or more tiers")
+    return max(0.0, float(np.median(extra)))
 
 
 def split_held_back(samples: Sequence[StepSample], every: int = 5) -> tuple[list[StepSample], list[StepSample]]:

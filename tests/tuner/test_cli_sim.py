@@ -86,8 +86,12 @@ def test_the_shipped_h200_profiles_load(name, model):
                                                   for g in ("eager", "graph"))
     assert profile.fit_error.points > 100 and profile.command.startswith("python -m runtime.profile model=" + model)
     if model == "llama-3-8b":  # refitted with the real engine's steps on the same H200 (experiments/refit_profile.py)
-        assert profile.notes[-1].startswith("refitted with 45999 steps timed on the real engine")
+        assert profile.notes[-2].startswith("refitted with 65326 steps timed on the real engine")
         assert profile.host_model.predict(256) > profile.host_model.predict(1) > 0
+        # the cost of a second tier, calibrated on a real tiered search (experiments/calibrate_tier_cost.py)
+        assert profile.tier_s == 0.01 and profile.notes[-1].startswith("tier_s 10 ms: calibrated on the real TPOT")
+    else:
+        assert profile.tier_s == 0.0  # not measured
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto runs the real runtime on a GPU")

@@ -40,4 +40,7 @@ def fidelity(c: Conclusion, sim: SimExecutor, out_dir: Path) -> Fidelity:
     path = save_profile(refit.profile, out_dir / "profile-refit.json")
     lines += [f"step times of {sim.path.name} on {refit.steps} real steps: {refit.before.line()}",
               f"refitted with them ({path.name}): {refit.after.line()}"]
+    if refit.tier_steps:
+        lines.append(f"a tier past the first: {refit.profile.tier_s * 1e3:.2f} ms a step "
+                     f"(from {refit.tier_steps} real steps over several tiers)")
     return Fidelity(lines, path)

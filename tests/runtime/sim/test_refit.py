@@ -20,6 +20,23 @@ def test_a_refit_on_real_steps_moves_to_their_coefficients():
     assert refit.profile.coefficients[EAGER16.key] == pytest.approx((*TRUE[EAGER16.key], 0.0), rel=1e-6, abs=1e-15)
     assert len(refit.profile.samples[EAGER16.key]) == 44
     assert refit.profile.notes[-1].startswith("refitted with 44 steps timed on the real engine")
+    assert refit.tier_steps == 0 and refit.profile.tier_s == wrong.tier_s == 0.0  # no tiered step: kept
+
+
+def test_a_refit_fits_the_cost_of_a_tier_from_the_steps_over_several_tiers():
+    profile = tiny_profile({EAGER16.key: TRUE[EAGER16.key]})
+    one = [(s.variant.key, *s.shape, s.seconds) for s in synthetic_samples() if s.variant == EAGER16]
+    a, b = StepShape(100, 10_000, 4, 400), StepShape(0, 0, 3, 900)
+    plain = profile.step_model.predict_tiers([(EAGER16, a), (EAGER16, b)])
+    # a step over two tiers as the step log writes it (JSON lists): 12 ms more than one constant and two attentions
+    tiered = [[EAGER16.key, *a, plain + 0.012, 7, 1e-4, [[EAGER16.key, *b]]] for _ in range(3)]
+    refit = refit_profile(profile, [*one, *tiered])
+    assert refit.steps == 44 and refit.tier_steps == 3
+    assert refit.profile.tier_s == pytest.approx(0.012, rel=1e-6)
+    both = [(EAGER16, a), (EAGER16, b)]
+    assert refit.profile.step_model.predict_tiers(both) == pytest.approx(plain + 0.012, rel=1e-6)
+    assert refit.profile.notes[-1].endswith("12.00 ms per tier past the first (from 3 steps over several tiers)")
+    assert profile.scaled(2.0).tier_s == 0.0 and refit.profile.scaled(2.0).tier_s == pytest.approx(0.024, rel=1e-6)
 
 
 def test_a_scaled_profile_predicts_every_step_that_many_times_as_long():

@@ -11,7 +11,7 @@ from runtime.kv.manager import TierSpec
 from runtime.scheduler import ScheduledSeq
 from runtime.sim import StepSample, StepShape, StepTimeModel, Variant, fit, fit_error
 from runtime.sim.shape import StepShaper
-from runtime.sim.stepmodel import split_held_back
+from runtime.sim.stepmodel import fit_tier_cost, split_held_back
 from tests.runtime.kv_factories import make_seq
 
 EAGER16 = Variant(16)
@@ -98,6 +98,26 @@ def test_a_step_over_two_tiers_pays_one_constant_and_each_tiers_attention():
     expected = (c16[0] + c16[1] * 150 + c16[3] * 6 + c16[2] * 10_000 + c16[4] * 400
                 + c32[2] * 20_000 + c32[4] * 1000)
     assert model.predict_tiers([(EAGER16, a), (EAGER32_FP8, b)]) == pytest.approx(expected, rel=1e-12)
+    tiered = StepTimeModel(TRUE, tier_s=0.01)  # each tier past the first: 10 ms more
+    assert tiered.predict_tiers([(EAGER16, a), (EAGER32_FP8, b)]) == pytest.approx(expected + 0.01, rel=1e-12)
+    assert tiered.predict_tiers([(EAGER16, a), (EAGER32_FP8, b), (EAGER16, a)]) == pytest.approx(
+        expected + c16[1] * 100 + c16[3] * 4 + c16[2] * 10_000 + c16[4] * 400 + 0.02, rel=1e-12)
+    assert tiered.predict(EAGER16, a) == model.predict(EAGER16, a)  # one tier: no tier cost
+    with pytest.raises(ValueError, match=r"tier_s: a step's cost per extra tier must be >= 0 seconds, got -0.001"):
+        StepTimeModel(TRUE, tier_s=-0.001)
+
+
+def test_the_tier_cost_is_the_median_excess_of_steps_over_several_tiers():
+    model = StepTimeModel(TRUE, tier_s=0.5)  # the model's own tier cost is not part of the excess
+    a, b = StepShape(100, 10_000, 4, 400), StepShape(0, 0, 2, 1000)
+    two, three = [(EAGER16, a), (EAGER32_FP8, b)], [(EAGER16, a), (EAGER32_FP8, b), (EAGER32_FP8, b)]
+    plain = StepTimeModel(TRUE)
+    steps = [(two, plain.predict_tiers(two) + 0.008), (three, plain.predict_tiers(three) + 0.016),
+             (two, plain.predict_tiers(two) + 0.008), (two, plain.predict_tiers(two) + 1.0)]  # a hiccup
+    assert fit_tier_cost(model, steps) == pytest.approx(0.008, rel=1e-9)
+    assert fit_tier_cost(model, [(two, plain.predict_tiers(two) - 0.002)]) == 0.0  # never below 0
+    with pytest.raises(ValueError, match="at least one step over two or more tiers"):
+        fit_tier_cost(model, [([(EAGER16, a)], 0.01)])
 
 
 def _scheduled(*items: tuple[int, int]) -> tuple[ScheduledSeq, ...]:
