@@ -16,12 +16,15 @@ profile without it: 0).
 `prefill_tokens` counts the padding rows an eager step adds (`pad_multiple`) and `decode_seqs` the graph
 bucket a replayed decode step fills, so padding costs what it costs. A step over several tiers (one
 attention launch per tier, one set of GEMMs) takes its constant and GEMM terms from its first tier's
-variant and each tier's attention terms from that tier's. A variant that was not profiled borrows the
-nearest one profiled (same graphs and dtype first, then the closest block size).
+variant and each tier's attention terms from that tier's, and each tier past the first adds `tier_s` (its
+own cache write, attention and copy launches in every layer, which an eager step's host pays in full;
+about 10 ms for Llama-3-8B on an H200). A variant that was not profiled borrows the nearest one profiled
+(same graphs and dtype first, then the closest block size).
 
 `fit` solves each variant's coefficients by least squares (columns scaled, so a feature counted in
 millions does not drown the constant) for each floor it tries, and keeps the floor whose model has
-the smallest relative error; `fit_error` is the relative error on points the fit never saw.
+the smallest relative error; `fit_error` is the relative error on points the fit never saw;
+`fit_tier_cost` gives `tier_s` from timed steps over several tiers.
 """
 
 from __future__ import annotations
