@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sim_accuracy import base_knobs, configs
+from sim_accuracy import configs, engine_config
 from sim_capacity import WINDOWS, sim_point, window_requests
 
-from runtime import EngineConfig, save_profile
+from runtime import save_profile
 from runtime.sim import load_profile
 
 CANDIDATES_MS = tuple(range(0, 21))  # 0, 1, ..., 20 ms a tier
@@ -42,7 +42,7 @@ def main() -> int:
     run = json.loads(a.real_in.read_text(encoding="utf-8"))["windows"][a.window]["configs"][a.config]
     scale, real = run["capacity"], statistics.median(m["tpot_p50_s"] for m in run["point"])
     requests = window_requests(WINDOWS[a.window], profile, False)
-    config = EngineConfig.from_flat(profile.model, **base_knobs(False), **configs(False)[a.config])
+    config = engine_config(profile, configs(False)[a.config], False)
     print(f"{a.window} {a.config} at its real capacity x{scale:.3f}: real TPOT p50 {real:.4f} s (median of "
           f"{len(run['point'])} replays)\n\n| tier_s ms | simulated TPOT p50 s | error |\n|---|---|---|")
     errors = {}

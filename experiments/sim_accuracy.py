@@ -83,6 +83,11 @@ def base_knobs(cpu: bool) -> dict[str, Any]:
     return {"device_memory_gb": 0.05, "max_model_len": 1024, "device": "cpu"} if cpu else {"max_model_len": 8192}
 
 
+def engine_config(profile: GpuProfile, knobs: dict[str, Any], cpu: bool) -> EngineConfig:
+    """One of `configs` (its flat knobs) over the base, for the profile's model."""
+    return EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
+
+
 def window_requests(name: str, window: Window, profile: GpuProfile, cpu: bool) -> tuple:
     return select(trace_requests(window.trace, profile, cpu), start_s=window.start_s, duration_s=window.duration_s,
                   time_scale=window.time_scale, max_requests=40 if cpu else None)
@@ -123,7 +128,7 @@ def measure_real(profile: GpuProfile, windows: dict[str, Window], chosen: dict[s
                                 "rows": rows}
         for cfg, knobs in chosen.items():
             start = time.perf_counter()
-            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
+            config = engine_config(profile, knobs, cpu)
             metrics, blocks, steps = _real_run(config, model, requests, warmup)
             runs[cfg] = {"metrics": metrics, "blocks": blocks}
             rows += [list(r) for r in steps]
@@ -173,7 +178,7 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
         for cfg in chosen:
             if cfg not in data["configs"]:
                 continue
-            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **chosen[cfg])
+            config = engine_config(profile, chosen[cfg], cpu)
             sim, sb = run_sim(config, profile, requests)
             cal = run_sim(config, calibrated, requests)[0] if calibrated else None
             rows[cfg] = (data["configs"][cfg]["metrics"], data["configs"][cfg]["blocks"], sim, sb, cal)

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_decode import add_record_args, emit
-from sim_accuracy import _cpu_profile, _err, base_knobs, configs, load_real_model, real_runs, run_sim, trace_requests
+from sim_accuracy import _cpu_profile, _err, configs, engine_config, load_real_model, real_runs, run_sim, trace_requests
 
 from runtime import EngineConfig, GpuProfile
 from runtime.sim import VirtualClock, load_profile, sim_engine
@@ -136,7 +136,7 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
                 print(f"  {cfg}: not started (past --budget-s {budget_s:g})", flush=True)
                 continue
             start, started = time.perf_counter(), started + 1
-            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
+            config = engine_config(profile, knobs, cpu)
             sim = sim_capacity(config, profile, requests, slo)
             cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
             runs[cfg] = {"cut": cut, "sim_capacity": sim.values[0]}
@@ -218,7 +218,7 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
         runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen and "capacity" in run}
         cut = {cfg: run["cut"] for cfg, run in data["configs"].items() if cfg in chosen and "capacity" not in run}
         for cfg, run in runs.items():
-            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **chosen[cfg])
+            config = engine_config(profile, chosen[cfg], cpu)
             sims[cfg] = sim_capacity(config, profile, requests, slo_for(cpu)).values[0]
             real_cap, upper = run["capacity"], run["upper"]
             band = [sim_capacity(config, profile.scaled(f), requests, slo_for(cpu)).values[0] for f in SENSITIVITY]
@@ -238,8 +238,8 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
                   "| simulated, step times " + " / ".join(f"x{f:g}" for f in SENSITIVITY) + " (error) "
                   "| real probes (scale: attainment of each replay) |",
                   "|---|---|---|---|---|---|", *cap_rows, "",
-                  *(_cut_line(cfg, replays, sim_capacity(EngineConfig.from_flat(
-                      profile.model, **base_knobs(cpu), **chosen[cfg]), profile, requests, slo_for(cpu)).values[0])
+                  *(_cut_line(cfg, replays, sim_capacity(engine_config(profile, chosen[cfg], cpu), profile, requests,
+                                                         slo_for(cpu)).values[0])
                     for cfg, replays in cut.items()), *([""] if cut else []),
                   f"ranking by capacity, real: {_rank(ranked)}", f"ranking by capacity, sim:  {_rank(sims)}", "",
                   f"At the real capacity: real median (min..max of {SPREAD_REPLAYS} whole replays) / simulated (error)",
@@ -339,7 +339,7 @@ def _sim_only(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[s
         requests = window_requests(window, profile, cpu)
         print(f"{name}: {len(requests)} requests, {rate_rps(requests):.3f} req/s at x1")
         for cfg, knobs in chosen.items():
-            config = EngineConfig.from_flat(profile.model, **base_knobs(cpu), **knobs)
+            config = engine_config(profile, knobs, cpu)
             m = sim_capacity(config, profile, requests, slo_for(cpu))
             busy = sim_point(config, profile, requests, m.values[0])["busy_s"]
             print(f"  {cfg}: x{m.values[0]:.3f} = {m.values[0] * rate_rps(requests):.3f} req/s, "
