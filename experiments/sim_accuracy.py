@@ -269,7 +269,8 @@ def real_runs(a: argparse.Namespace, measure: Any) -> dict[str, Any]:
 
 def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Several device calls' measurements as one: their windows, each window's configs (a later file's config
-    replaces an earlier one's), and every file's date."""
+    replaces an earlier one's; a finished search it replaces is kept in its `earlier` list), and every file's
+    date."""
     merged: dict[str, Any] = {"created": " and ".join(r["created"] for r in runs), "windows": {}}
     for run in runs:
         for name, data in run["windows"].items():
@@ -278,7 +279,11 @@ def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if into["window"] != data["window"]:
                 raise SystemExit(f"--real-in: window {name} differs between files: "
                                  f"{into['window']} vs {data['window']}")
-            into["configs"].update(data["configs"])
+            for cfg, run in data["configs"].items():
+                old = into["configs"].get(cfg)
+                kept = [] if old is None else [*old.get("earlier", []), *([old] if "capacity" in old else [])]
+                into["configs"][cfg] = {**run, "earlier": [{k: v for k, v in o.items() if k != "earlier"}
+                                                           for o in kept]} if kept else run
             into["rows"] += data.get("rows", [])
     return merged
 

@@ -7,6 +7,9 @@
     python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows azure \
         --real-in experiments/results/h200-sim/capacity-azure.json experiments/results/h200-sim/capacity6-azure.json \
         --record    # several files: merged by window and config, a later file's config replacing an earlier one's
+    #             (a finished search it replaces is kept beside it: the real capacity is their mean)
+    # the simulated verdict at every 0.5% step around each capacity (is passing monotone in the rate?)
+    python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows mooncake --sim-only --scan
     # on a CPU, the tiny model against a small-grid profile made on the spot (mechanics only):
     python experiments/sim_capacity.py --cpu
 
@@ -22,13 +25,17 @@ min..max) against simulated, at the operating point the tuner would pick.
 
 Beside each simulated capacity, the same search with every predicted step 3% shorter and 3% longer
 (`GpuProfile.scaled`): where one request of a small window decides the capacity, a step-time error that
-small can move it further than the 10% target, and this column shows how far.
+small can move it further than the 10% target, and this column shows how far. Then the simulated capacity
+from below (the last 1% step before the first failing one: where passing is not monotone in the rate, a
+bisection reports whichever edge its path meets), and at how many of the scales the real searches probed
+the simulator gives the same verdict (pass or fail) as the real engine: a check no search path can move.
 
 With --real-out the file is rewritten after every measured replay: a config whose search a call's time limit
-cuts keeps its replays so far under `cut`, and the comparison lists them.
+cuts keeps its replays so far under `cut` and its logged steps under `rows` (a refit takes them), and the
+comparison lists them. `--start tiers=0.48` starts a config's real search at a scale a cut call bracketed.
 
-No Azure step is in the shipped profile's refit, so its Azure figures are held out. The refit took the
-Mooncake replays of this window (`capacity6-mooncake-*.json`), so its Mooncake figures are in-sample.
+The shipped profile is refitted with the flash-era steps of both windows (conf/profiles/README.md), so its
+figures here are in-sample; experiments/RESULTS.md has the held-out cross-window ones.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from tuner.traffic import rebase, select
 from tuner.trials.job import Measurement, MeasurePlan, ReplaySummary
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.metrics import summarize
+from tuner.trials.replay import replay
 from tuner.trials.replayer import engine_replay
 
 POINT = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "output_tok_s")
@@ -113,12 +121,30 @@ def sim_point(config: EngineConfig, profile: GpuProfile, requests, scale: float)
     return run_sim(config, profile, rebase(requests, scale))[0]
 
 
+def sim_passes(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig, scale: float) -> bool:
+    """Whether the simulated window, whole at `scale`, meets the SLO's attainment (a probe's verdict)."""
+    clock = VirtualClock()
+    result = replay(sim_engine(config, profile, clock), clock, rebase(requests, scale))
+    return summarize(result, slo, 0.0)["slo_attainment"] >= slo.attainment
+
+
+def first_failure(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig, top: float) -> float:
+    """The simulated capacity from below: scales from `top` / 2 up in 1% steps, the last one before the first
+    that fails (0.0 when `top` / 2 fails). Where passing is not monotone in the rate (one short request of a
+    small window meets its TPOT bound at some rates and not at others), a bisection finds whichever edge its
+    path leads to; this finds the lowest."""
+    scale, last = top / 2, 0.0
+    while scale <= top * 1.2 and sim_passes(config, profile, requests, slo, scale):
+        last, scale = scale, scale * 1.01
+    return last
+
+
 # ---- the real runs (a GPU, or --cpu) ------------------------------------------------------------------------
 def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool,
-                 budget_s: float, save: Path | None) -> dict[str, Any]:
-    """Per window and config: the simulated capacity, the real search from there, the replays at the real
-    capacity; written to `save` after every config. No config but the first is started past `budget_s`
-    (counted from the model's load)."""
+                 budget_s: float, save: Path | None, starts: dict[str, float] | None = None) -> dict[str, Any]:
+    """Per window and config: the simulated capacity, the real search from there (or from `starts[cfg]`), the
+    replays at the real capacity; written to `save` after every replay. No config but the first is started
+    past `budget_s` (counted from the model's load)."""
     import torch
 
     model, slo = load_real_model(profile, cpu), slo_for(cpu)
@@ -138,10 +164,12 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
             start, started = time.perf_counter(), started + 1
             config = engine_config(profile, knobs, cpu)
             sim = sim_capacity(config, profile, requests, slo)
+            begin = (starts or {}).get(cfg, sim.values[0])
             cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
-            runs[cfg] = {"cut": cut, "sim_capacity": sim.values[0]}
-            runs[cfg] = _real_search(config, model, requests, sim.values[0], slo, _recorder(cut, save, out))
-            runs[cfg]["sim_capacity"] = sim.values[0]
+            rows: list[list] = []  # and the steps they logged
+            runs[cfg] = {"cut": cut, "rows": rows, "sim_capacity": sim.values[0], "start": begin}
+            runs[cfg] = _real_search(config, model, requests, begin, slo, _recorder(cut, rows, save, out))
+            runs[cfg].update(sim_capacity=sim.values[0], start=begin)
             upper = runs[cfg]["upper"]
             print(f"  {cfg}: sim x{sim.values[0]:.3f}, real x{runs[cfg]['capacity']:.3f} (fails at "
                   f"{'-' if upper is None else f'x{upper:.3f}'}), {time.perf_counter() - start:.0f} s", flush=True)
@@ -152,11 +180,13 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
     return out
 
 
-def _recorder(cut: list[dict], save: Path | None, out: dict[str, Any]) -> Callable[[dict], None]:
-    """Each replay into `cut`, then the whole file rewritten."""
+def _recorder(cut: list[dict], rows: list[list], save: Path | None,
+              out: dict[str, Any]) -> Callable[[dict, list], None]:
+    """Each replay into `cut` and the steps logged so far into `rows`, then the whole file rewritten."""
 
-    def record(summary: dict) -> None:
+    def record(summary: dict, logged: list) -> None:
         cut.append(summary)
+        rows[:] = [list(r) for r in logged]
         _write(save, out)
 
     return record
@@ -168,8 +198,9 @@ def _write(save: Path | None, out: dict[str, Any]) -> None:
 
 
 def _real_search(config: EngineConfig, model, requests, start: float, slo: SloConfig,
-                 on_replay: Callable[[dict], None]) -> dict[str, Any]:
-    """The real search from `start`; `on_replay` gets each measured replay's scale, attainment and busy time."""
+                 on_replay: Callable[[dict, list], None]) -> dict[str, Any]:
+    """The real search from `start`; `on_replay` gets each measured replay's scale, attainment and busy time,
+    and the steps logged so far."""
     from runtime import LLMEngine, StepLog
     from tuner.trials.replay import ReplayClock
 
@@ -186,7 +217,7 @@ def _real_search(config: EngineConfig, model, requests, start: float, slo: SloCo
     def logged(scale: float) -> ReplaySummary:
         summary = replayer(scale)
         on_replay({"scale": scale, "attainment": summary.metrics["slo_attainment"],
-                   "busy_s": summary.metrics.get("busy_s", 0.0)})
+                   "busy_s": summary.metrics.get("busy_s", 0.0)}, log.rows)
         return summary
 
     measurement = measure(logged, plan, replayer.span_s)[0]
@@ -213,43 +244,83 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
     for name, data in real["windows"].items():
         window = CapWindow(**data["window"])
         requests = window_requests(window, profile, cpu)
-        rate = rate_rps(requests)
-        cap_rows, point_rows, sims = [], [], {}
         runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen and "capacity" in run}
         cut = {cfg: run["cut"] for cfg, run in data["configs"].items() if cfg in chosen and "capacity" not in run}
-        for cfg, run in runs.items():
-            config = engine_config(profile, chosen[cfg], cpu)
-            sims[cfg] = sim_capacity(config, profile, requests, slo_for(cpu)).values[0]
-            real_cap, upper = run["capacity"], run["upper"]
-            band = [sim_capacity(config, profile.scaled(f), requests, slo_for(cpu)).values[0] for f in SENSITIVITY]
-            cap_rows.append(f"| {cfg} | {real_cap * rate:.3f} (x{real_cap:.3f}; fails at "
-                            f"{'-' if upper is None else f'x{upper:.3f}'}) | {sims[cfg] * rate:.3f} (x{sims[cfg]:.3f}) "
-                            f"| {_err(sims[cfg], real_cap)} | "
-                            + " / ".join(f"x{b:.3f} ({_err(b, real_cap)})" for b in band)
-                            + f" | {_probes(run['probes'])} |")
-            if run["point"]:
-                sim = sim_point(config, profile, requests, real_cap)
-                point_rows.append(f"| {cfg} | x{real_cap:.3f} | "
-                                  + " | ".join(_point_cell(run["point"], sim, m) for m in POINT) + " |")
-        ranked = {k: v["capacity"] for k, v in runs.items()}
+        sims = {cfg: sim_figures(engine_config(profile, chosen[cfg], cpu), profile, requests, slo_for(cpu),
+                                 runs.get(cfg)) for cfg in [*runs, *cut]}
         lines += [f"### {name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s "
-                  f"({rate:.3f} req/s at x1)", "",
-                  "| config | real capacity req/s | simulated req/s | sim error "
-                  "| simulated, step times " + " / ".join(f"x{f:g}" for f in SENSITIVITY) + " (error) "
-                  "| real probes (scale: attainment of each replay) |",
-                  "|---|---|---|---|---|---|", *cap_rows, "",
-                  *(_cut_line(cfg, replays, sim_capacity(engine_config(profile, chosen[cfg], cpu), profile, requests,
-                                                         slo_for(cpu)).values[0])
-                    for cfg, replays in cut.items()), *([""] if cut else []),
-                  f"ranking by capacity, real: {_rank(ranked)}", f"ranking by capacity, sim:  {_rank(sims)}", "",
+                  f"({rate_rps(requests):.3f} req/s at x1)", "",
+                  *_capacity_table(runs, sims, rate_rps(requests)), "",
+                  *(_cut_line(cfg, replays, sims[cfg].capacity) for cfg, replays in cut.items()),
+                  *([""] if cut else []),
+                  f"ranking by capacity, real: {_rank({k: real_capacity(v) for k, v in runs.items()})}",
+                  f"ranking by capacity, sim:  {_rank({k: sims[k].capacity for k in runs})}", "",
                   f"At the real capacity: real median (min..max of {SPREAD_REPLAYS} whole replays) / simulated (error)",
                   "", "| config | scale | " + " | ".join(POINT) + " |", "|" + "---|" * (2 + len(POINT)),
-                  *point_rows, ""]
-        rows = [r for run in runs.values() for r in run.get("rows", [])]
+                  *(_point_row(cfg, run, engine_config(profile, chosen[cfg], cpu), profile, requests)
+                    for cfg, run in runs.items() if run["point"]), ""]
+        rows = [r for run in data["configs"].values() for r in run.get("rows", [])]
         if rows:
             lines += [f"The real steps logged ({len(rows)}, after each warm-up) against the profile's prediction:", "",
                       *step_kinds(profile, rows), ""]
     return lines
+
+
+def real_capacity(run: dict[str, Any]) -> float:
+    """The mean over a config's finished real searches (this one and its `earlier` repeats)."""
+    return float(np.mean([run["capacity"], *(e["capacity"] for e in run.get("earlier", []))]))
+
+
+class SimFigures(NamedTuple):
+    """One config's simulated capacity, with every step SENSITIVITY times as long, from below, and the
+    simulator's verdict at each scale the real searches probed."""
+
+    capacity: float
+    band: tuple[float, ...]
+    from_below: float  # first_failure
+    verdicts: tuple[tuple[float, bool, bool], ...]  # (scale, real verdict, simulated verdict) per real probe
+
+
+def sim_figures(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig,
+                run: dict[str, Any] | None) -> SimFigures:
+    capacity = sim_capacity(config, profile, requests, slo).values[0]
+    band = tuple(sim_capacity(config, profile.scaled(f), requests, slo).values[0] for f in SENSITIVITY)
+    if run is None:  # a cut search: no real verdicts to set beside
+        return SimFigures(capacity, band, float("nan"), ())
+    probes = [p for search in (run, *run.get("earlier", [])) for p in search["probes"]]
+    verdicts = tuple((p["scale"], p["passed"], sim_passes(config, profile, requests, slo, p["scale"]))
+                     for p in probes)
+    return SimFigures(capacity, band, first_failure(config, profile, requests, slo, capacity), verdicts)
+
+
+def _capacity_table(runs: dict[str, Any], sims: dict[str, SimFigures], rate: float) -> list[str]:
+    extra = "simulated, step times " + " / ".join(f"x{f:g}" for f in SENSITIVITY) + " (error)"
+    lines = ["| config | real capacity req/s (each search) | simulated req/s | sim error | " + extra
+             + " | simulated from below (error) | real probes the simulator agrees with "
+             "| real probes (scale: attainment of each replay) |", "|---|---|---|---|---|---|---|---|"]
+    for cfg, run in runs.items():
+        sim, real_cap = sims[cfg], real_capacity(run)
+        searches = [run, *run.get("earlier", [])]
+        spread = ("; ".join(f"x{s['capacity']:.3f}" + ("" if s["upper"] is None else f" (fails x{s['upper']:.3f})")
+                            for s in searches))
+        detail = " / ".join(f"x{b:.3f} ({_err(b, real_cap)})" for b in sim.band)
+        lines.append(f"| {cfg} | {real_cap * rate:.3f} ({spread}) | {sim.capacity * rate:.3f} (x{sim.capacity:.3f}) "
+                     f"| {_err(sim.capacity, real_cap)} | {detail} "
+                     f"| x{sim.from_below:.3f} ({_err(sim.from_below, real_cap)}) | {_agreement(sim.verdicts)} "
+                     f"| {_probes(run['probes'])} |")
+    return lines
+
+
+def _agreement(verdicts: tuple[tuple[float, bool, bool], ...]) -> str:
+    """`5 of 6 (not x0.595: real fail, sim pass)`."""
+    wrong = [f"x{scale:.3f}: real {'pass' if real else 'fail'}, sim {'pass' if sim else 'fail'}"
+             for scale, real, sim in verdicts if real != sim]
+    return f"{len(verdicts) - len(wrong)} of {len(verdicts)}" + (f" (not {'; '.join(wrong)})" if wrong else "")
+
+
+def _point_row(cfg: str, run: dict[str, Any], config: EngineConfig, profile: GpuProfile, requests) -> str:
+    sim = sim_point(config, profile, requests, run["capacity"])
+    return f"| {cfg} | x{run['capacity']:.3f} | " + " | ".join(_point_cell(run["point"], sim, m) for m in POINT) + " |"
 
 
 def _cut_line(cfg: str, replays: list[dict], sim: float) -> str:
@@ -309,10 +380,14 @@ def main() -> int:
     p.add_argument("--only", default=None, help="comma-separated config names, in this order")
     p.add_argument("--budget-s", type=float, default=480.0,
                    help="start no config but the first after this many seconds")
+    p.add_argument("--start", default=None, metavar="CFG=SCALE,...",
+                   help="start these configs' real searches here, not at the simulated capacity")
     p.add_argument("--real-in", nargs="+", default=None,
                    help="compare against these real measurements (one or more files; no model needed)")
     p.add_argument("--real-out", default=None, help="write the real measurements here (JSON)")
     p.add_argument("--out-md", default=None, help="also write the comparison (markdown) here")
+    p.add_argument("--scan", action="store_true",
+                   help="with --sim-only: the simulated verdict at every 0.5%% step from 0.8x to 1.1x the capacity")
     p.add_argument("--sim-only", action="store_true", help="only the simulated capacities (CPU), no real runs")
     add_record_args(p)
     a = p.parse_args()
@@ -323,8 +398,9 @@ def main() -> int:
     chosen = {k: every[k] for k in names}
     windows = {k: WINDOWS[k] for k in a.windows.split(",")}
     if a.sim_only:
-        return _sim_only(profile, windows, chosen, a.cpu)
-    real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, a.budget_s, save))
+        return _sim_only(profile, windows, chosen, a.cpu, a.scan)
+    starts = parse_starts(a.start, chosen)
+    real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, a.budget_s, save, starts))
     print(f"profile {profile.label} ({profile_path})", flush=True)
     lines = compare(profile, real, chosen, a.cpu)
     emit("\n".join(lines), a, f"Capacity simulated vs real ({profile.label}; the real runs: {real['created']})")
@@ -333,7 +409,26 @@ def main() -> int:
     return 0
 
 
-def _sim_only(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool) -> int:
+def parse_starts(text: str | None, chosen: dict[str, dict]) -> dict[str, float]:
+    """`--start base=0.5,tiers=0.48` as {config: scale}; a name not in --only, or a bad scale, is an error."""
+    starts: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item:
+            continue
+        cfg, _, scale = item.partition("=")
+        if cfg not in chosen:
+            raise SystemExit(f"--start {item!r}: {cfg!r} is not one of the configs measured ({', '.join(chosen)})")
+        try:
+            starts[cfg] = float(scale)
+        except ValueError:
+            raise SystemExit(f"--start {item!r}: {scale!r} is not a rate scale") from None
+        if starts[cfg] <= 0:
+            raise SystemExit(f"--start {item!r}: a rate scale must be above 0")
+    return starts
+
+
+def _sim_only(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool,
+              scan: bool) -> int:
     """The simulated capacities and what the real search would replay (simulated busy seconds)."""
     for name, window in windows.items():
         requests = window_requests(window, profile, cpu)
@@ -344,6 +439,10 @@ def _sim_only(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[s
             busy = sim_point(config, profile, requests, m.values[0])["busy_s"]
             print(f"  {cfg}: x{m.values[0]:.3f} = {m.values[0] * rate_rps(requests):.3f} req/s, "
                   f"{len(m.probes)} probes; a whole replay at capacity: {busy:.1f} s simulated busy")
+            if scan:
+                scales = [m.values[0] * 0.8 * 1.005**k for k in range(int(np.log(1.1 / 0.8) / np.log(1.005)) + 1)]
+                verdicts = [sim_passes(config, profile, requests, slo_for(cpu), x) for x in scales]
+                print("    " + " ".join(f"x{x:.3f} {'P' if ok else 'F'}" for x, ok in zip(scales, verdicts)))
     return 0
 
 
