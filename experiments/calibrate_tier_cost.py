@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from capacity_sim import WINDOWS, sim_point, window_requests
 from sim_accuracy import configs, engine_config
-from sim_capacity import WINDOWS, sim_point, window_requests
 
 from runtime import save_profile
 from runtime.sim import load_profile

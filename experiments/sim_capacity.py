@@ -43,12 +43,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -56,87 +55,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_decode import add_record_args, emit
-from sim_accuracy import _cpu_profile, _err, configs, engine_config, load_real_model, real_runs, run_sim, trace_requests
+from capacity_compare import compare
+from capacity_sim import (
+    ORDER,
+    POINT,
+    SPREAD_REPLAYS,
+    WINDOWS,
+    CapWindow,
+    quiet,
+    rate_rps,
+    sim_capacity,
+    sim_passes,
+    sim_point,
+    slo_for,
+    window_requests,
+)
+from sim_accuracy import _cpu_profile, configs, engine_config, load_real_model, real_runs
 
 from runtime import EngineConfig, GpuProfile
-from runtime.sim import VirtualClock, load_profile, sim_engine
-from runtime.sim.refit import step_samples, tier_steps
+from runtime.sim import load_profile
 from tuner.config import ObjectiveName, SloConfig
-from tuner.traffic import rebase, select
-from tuner.trials.job import Measurement, MeasurePlan, ReplaySummary
+from tuner.traffic import rebase
+from tuner.trials.job import MeasurePlan, ReplaySummary
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.metrics import summarize
-from tuner.trials.replay import replay
 from tuner.trials.replayer import engine_replay
-
-POINT = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "output_tok_s")
-ORDER = ("base", "small-budget", "no-graphs", "few-seqs", "tiers", "block-32")  # most telling first
-SPREAD_REPLAYS = 3
-# every predicted step 3% shorter, then longer: how far a step-time error that small moves the simulated capacity
-# (the edge where one request of the window misses its SLO can move far more than 3%)
-SENSITIVITY = (0.97, 1.03)
-
-
-class CapWindow(NamedTuple):
-    trace: str
-    start_s: float
-    requests: int
-
-
-WINDOWS = {"azure": CapWindow("azure_llm_2023_code.csv", 1800.0, 120),
-           "mooncake": CapWindow("mooncake_fast25_synthetic_trace.jsonl", 300.0, 40)}
-
-
-def window_requests(window: CapWindow, profile: GpuProfile, cpu: bool) -> tuple:
-    return select(trace_requests(window.trace, profile, cpu), start_s=window.start_s,
-                  max_requests=20 if cpu else window.requests)
-
-
-def rate_rps(requests) -> float:
-    """The window's arrival rate at x1 (a capacity scale times this is req/s)."""
-    return (len(requests) - 1) / max(requests[-1].arrival_s - requests[0].arrival_s, 1e-9)
-
-
-def slo_for(cpu: bool) -> SloConfig:
-    """The tuner's default SLO; on --cpu the quick start's (the tiny model meets 2 s at any rate)."""
-    return SloConfig(ttft_s=0.3, tpot_s=0.02) if cpu else SloConfig()
 
 
 def real_plan(start: float, slo: SloConfig) -> MeasurePlan:
     return MeasurePlan(ObjectiveName.capacity, slo, repeats=3, start_scale=start, first_step=1.15, tol=0.05,
                        warmup_requests=32)
-
-
-# ---- the simulator (CPU work) -------------------------------------------------------------------------------
-def sim_capacity(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig) -> Measurement:
-    clock = VirtualClock()
-    engine = sim_engine(config, profile, clock)
-    plan = MeasurePlan(ObjectiveName.capacity, slo, repeats=1, tol=0.02)
-    replayer = WindowReplayer(engine_replay(engine, clock), requests, plan, _quiet, lambda: 0.0)
-    return measure(replayer, plan, replayer.span_s)[0]
-
-
-def sim_point(config: EngineConfig, profile: GpuProfile, requests, scale: float) -> dict[str, float]:
-    """The simulated window at one rate scale, whole (no SLO stop): its latencies and throughput."""
-    return run_sim(config, profile, rebase(requests, scale))[0]
-
-
-def sim_passes(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig, scale: float) -> bool:
-    """Whether the simulated window, whole at `scale`, meets the SLO's attainment (a probe's verdict)."""
-    clock = VirtualClock()
-    result = replay(sim_engine(config, profile, clock), clock, rebase(requests, scale))
-    return summarize(result, slo, 0.0)["slo_attainment"] >= slo.attainment
-
-
-def first_failure(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig, top: float) -> float:
-    """The simulated capacity from below: scales from `top` / 2 up in 1% steps, the last one before the first
-    that fails (0.0 when `top` / 2 fails). Where passing is not monotone in the rate (one short request of a
-    small window meets its TPOT bound at some rates and not at others), a bisection finds whichever edge its
-    path leads to; this finds the lowest."""
-    scale, last = top / 2, 0.0
-    while scale <= top * 1.2 and sim_passes(config, profile, requests, slo, scale):
-        last, scale = scale, scale * 1.01
-    return last
 
 
 # ---- the real runs (a GPU, or --cpu) ------------------------------------------------------------------------
@@ -209,7 +157,7 @@ def _real_search(config: EngineConfig, model, requests, start: float, slo: SloCo
     log = StepLog(engine)  # every step after the warm-up, to check a refit on steps it never saw
     plan = real_plan(start, slo)
     replay_fn = engine_replay(engine, clock)
-    replayer = WindowReplayer(replay_fn, requests, plan, _quiet, lambda: 0.0)
+    replayer = WindowReplayer(replay_fn, requests, plan, quiet, lambda: 0.0)
     replayer.warm_up(plan.warmup_requests)
     replay_fn(rebase(requests, start))  # unmeasured: every kernel shape of the window compiled
     log.rows.clear()
@@ -232,144 +180,6 @@ def _real_search(config: EngineConfig, model, requests, start: float, slo: SloCo
     return {"capacity": capacity, "upper": upper if upper != float("inf") else None, "probes": probes,
             "point": [{k: m[k] for k in (*POINT, "slo_attainment", "busy_s")} for m in point],
             "rows": [list(r) for r in log.rows]}
-
-
-def _quiet(*_: Any) -> None:
-    pass
-
-
-# ---- the comparison (CPU work) ------------------------------------------------------------------------------
-def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], cpu: bool) -> list[str]:
-    lines: list[str] = []
-    for name, data in real["windows"].items():
-        window = CapWindow(**data["window"])
-        requests = window_requests(window, profile, cpu)
-        runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen and "capacity" in run}
-        cut = {cfg: run["cut"] for cfg, run in data["configs"].items() if cfg in chosen and "capacity" not in run}
-        sims = {cfg: sim_figures(engine_config(profile, chosen[cfg], cpu), profile, requests, slo_for(cpu),
-                                 runs.get(cfg)) for cfg in [*runs, *cut]}
-        lines += [f"### {name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s "
-                  f"({rate_rps(requests):.3f} req/s at x1)", "",
-                  *_capacity_table(runs, sims, rate_rps(requests)), "",
-                  *(_cut_line(cfg, replays, sims[cfg].capacity) for cfg, replays in cut.items()),
-                  *([""] if cut else []),
-                  f"ranking by capacity, real: {_rank({k: real_capacity(v) for k, v in runs.items()})}",
-                  f"ranking by capacity, sim:  {_rank({k: sims[k].capacity for k in runs})}", "",
-                  f"At the real capacity: real median (min..max of {SPREAD_REPLAYS} whole replays) / simulated (error)",
-                  "", "| config | scale | " + " | ".join(POINT) + " |", "|" + "---|" * (2 + len(POINT)),
-                  *(_point_row(cfg, run, engine_config(profile, chosen[cfg], cpu), profile, requests)
-                    for cfg, run in runs.items() if run["point"]), ""]
-        rows = [r for run in data["configs"].values() for r in run.get("rows", [])]
-        if rows:
-            lines += [f"The real steps logged ({len(rows)}, after each warm-up) against the profile's prediction:", "",
-                      *step_kinds(profile, rows), ""]
-    return lines
-
-
-def real_capacity(run: dict[str, Any]) -> float:
-    """The mean over a config's finished real searches (this one and its `earlier` repeats)."""
-    return float(np.mean([run["capacity"], *(e["capacity"] for e in run.get("earlier", []))]))
-
-
-class SimFigures(NamedTuple):
-    """One config's simulated capacity, with every step SENSITIVITY times as long, from below, and the
-    simulator's verdict at each scale the real searches probed."""
-
-    capacity: float
-    band: tuple[float, ...]
-    from_below: float  # first_failure
-    verdicts: tuple[tuple[float, bool, bool], ...]  # (scale, real verdict, simulated verdict) per real probe
-
-
-def sim_figures(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig,
-                run: dict[str, Any] | None) -> SimFigures:
-    capacity = sim_capacity(config, profile, requests, slo).values[0]
-    band = tuple(sim_capacity(config, profile.scaled(f), requests, slo).values[0] for f in SENSITIVITY)
-    if run is None:  # a cut search: no real verdicts to set beside
-        return SimFigures(capacity, band, float("nan"), ())
-    probes = [p for search in (run, *run.get("earlier", [])) for p in search["probes"]]
-    verdicts = tuple((p["scale"], p["passed"], sim_passes(config, profile, requests, slo, p["scale"]))
-                     for p in probes)
-    return SimFigures(capacity, band, first_failure(config, profile, requests, slo, capacity), verdicts)
-
-
-def _capacity_table(runs: dict[str, Any], sims: dict[str, SimFigures], rate: float) -> list[str]:
-    extra = "simulated, step times " + " / ".join(f"x{f:g}" for f in SENSITIVITY) + " (error)"
-    lines = ["| config | real capacity req/s (each search) | simulated req/s | sim error | " + extra
-             + " | simulated from below (error) | real probes the simulator agrees with "
-             "| real probes (scale: attainment of each replay) |", "|---|---|---|---|---|---|---|---|"]
-    for cfg, run in runs.items():
-        sim, real_cap = sims[cfg], real_capacity(run)
-        searches = [run, *run.get("earlier", [])]
-        spread = ("; ".join(f"x{s['capacity']:.3f}" + ("" if s["upper"] is None else f" (fails x{s['upper']:.3f})")
-                            for s in searches))
-        detail = " / ".join(f"x{b:.3f} ({_err(b, real_cap)})" for b in sim.band)
-        lines.append(f"| {cfg} | {real_cap * rate:.3f} ({spread}) | {sim.capacity * rate:.3f} (x{sim.capacity:.3f}) "
-                     f"| {_err(sim.capacity, real_cap)} | {detail} "
-                     f"| x{sim.from_below:.3f} ({_err(sim.from_below, real_cap)}) | {_agreement(sim.verdicts)} "
-                     f"| {_probes(run['probes'])} |")
-    return lines
-
-
-def _agreement(verdicts: tuple[tuple[float, bool, bool], ...]) -> str:
-    """`5 of 6 (not x0.595: real fail, sim pass)`."""
-    wrong = [f"x{scale:.3f}: real {'pass' if real else 'fail'}, sim {'pass' if sim else 'fail'}"
-             for scale, real, sim in verdicts if real != sim]
-    return f"{len(verdicts) - len(wrong)} of {len(verdicts)}" + (f" (not {'; '.join(wrong)})" if wrong else "")
-
-
-def _point_row(cfg: str, run: dict[str, Any], config: EngineConfig, profile: GpuProfile, requests) -> str:
-    sim = sim_point(config, profile, requests, run["capacity"])
-    return f"| {cfg} | x{run['capacity']:.3f} | " + " | ".join(_point_cell(run["point"], sim, m) for m in POINT) + " |"
-
-
-def _cut_line(cfg: str, replays: list[dict], sim: float) -> str:
-    """A config whose real search the call's time limit cut: its replays, and the simulated capacity."""
-    return (f"{cfg}: cut by the call's time limit after {len(replays)} replays ("
-            + "; ".join(f"x{r['scale']:.3f}: {r['attainment']:.2f}" for r in replays) + f"); simulated x{sim:.3f}")
-
-
-def step_kinds(profile: GpuProfile, rows: list[list]) -> list[str]:
-    """Predicted / measured step time by kind of step: median, p10, p90, and the sums."""
-    groups: dict[str, list[tuple[float, float]]] = {}
-    model = profile.step_model
-    for s in step_samples(rows):
-        groups.setdefault(_kind(s.shape, s.variant.graphs), []).append((model.predict(s.variant, s.shape), s.seconds))
-    for parts, seconds in tier_steps(rows):
-        kind = "decode" if not any(shape.prefill_tokens for _, shape in parts) else "with prefill"
-        groups.setdefault(f"over {len(parts)} tiers, {kind}", []).append((model.predict_tiers(parts), seconds))
-    lines = ["| kind of step | steps | predicted / measured: median (p10..p90) | sum predicted / measured s |",
-             "|---|---|---|---|"]
-    for kind, pairs in sorted(groups.items()):
-        ratio = np.array([p / t for p, t in pairs])
-        predicted, measured = sum(p for p, _ in pairs), sum(t for _, t in pairs)
-        lines.append(f"| {kind} | {len(pairs)} | {np.median(ratio):.2f} ({np.quantile(ratio, 0.1):.2f}.."
-                     f"{np.quantile(ratio, 0.9):.2f}) | {predicted:.1f} / {measured:.1f} |")
-    return lines
-
-
-def _kind(shape, graphs: bool) -> str:
-    if not shape.prefill_tokens:
-        mean_ctx = shape.decode_context / max(shape.decode_seqs, 1)
-        return f"decode, {'graph' if graphs else 'eager'}, mean context {'< 2k' if mean_ctx < 2048 else '>= 2k'}"
-    size = "< 64" if shape.prefill_tokens < 64 else "< 1k" if shape.prefill_tokens < 1024 else (
-        "< 4k" if shape.prefill_tokens < 4096 else ">= 4k")
-    return f"{'mixed' if shape.decode_seqs else 'prefill'}, chunk tokens {size}"
-
-
-def _probes(probes: list[dict]) -> str:
-    return "; ".join(f"x{p['scale']:.3f}: {'/'.join(f'{a:.2f}' for a in p['attainment'])}"
-                     f" {'pass' if p['passed'] else 'fail'}" for p in probes)
-
-
-def _point_cell(real: list[dict], sim: dict[str, float], metric: str) -> str:
-    values = [m[metric] for m in real]
-    med = statistics.median(values)
-    return f"{med:.4g} ({min(values):.4g}..{max(values):.4g}) / {sim[metric]:.4g} ({_err(sim[metric], med)})"
-
-
-def _rank(values: dict[str, float]) -> str:
-    return " > ".join(sorted(values, key=lambda k: -values[k]))
 
 
 def main() -> int:

@@ -1,0 +1,91 @@
+"""The capacity experiment's windows and its simulated side (`sim_capacity.py`): the simulated search as a
+trial runs it, one window whole at a rate scale, a probe's verdict, and the capacity counted from below.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sim_accuracy import run_sim, trace_requests
+
+from runtime import EngineConfig, GpuProfile
+from runtime.sim import VirtualClock, sim_engine
+from tuner.config import ObjectiveName, SloConfig
+from tuner.traffic import rebase, select
+from tuner.trials.job import Measurement, MeasurePlan
+from tuner.trials.measure import WindowReplayer, measure
+from tuner.trials.metrics import summarize
+from tuner.trials.replay import replay
+from tuner.trials.replayer import engine_replay
+
+POINT = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "output_tok_s")
+ORDER = ("base", "small-budget", "no-graphs", "few-seqs", "tiers", "block-32")  # most telling first
+SPREAD_REPLAYS = 3
+# every predicted step 3% shorter, then longer: how far a step-time error that small moves the simulated capacity
+# (the edge where one request of the window misses its SLO can move far more than 3%)
+SENSITIVITY = (0.97, 1.03)
+
+
+class CapWindow(NamedTuple):
+    trace: str
+    start_s: float
+    requests: int
+
+
+WINDOWS = {"azure": CapWindow("azure_llm_2023_code.csv", 1800.0, 120),
+           "mooncake": CapWindow("mooncake_fast25_synthetic_trace.jsonl", 300.0, 40)}
+
+
+def window_requests(window: CapWindow, profile: GpuProfile, cpu: bool) -> tuple:
+    return select(trace_requests(window.trace, profile, cpu), start_s=window.start_s,
+                  max_requests=20 if cpu else window.requests)
+
+
+def rate_rps(requests) -> float:
+    """The window's arrival rate at x1 (a capacity scale times this is req/s)."""
+    return (len(requests) - 1) / max(requests[-1].arrival_s - requests[0].arrival_s, 1e-9)
+
+
+def slo_for(cpu: bool) -> SloConfig:
+    """The tuner's default SLO; on --cpu the quick start's (the tiny model meets 2 s at any rate)."""
+    return SloConfig(ttft_s=0.3, tpot_s=0.02) if cpu else SloConfig()
+
+
+def sim_capacity(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig) -> Measurement:
+    clock = VirtualClock()
+    engine = sim_engine(config, profile, clock)
+    plan = MeasurePlan(ObjectiveName.capacity, slo, repeats=1, tol=0.02)
+    replayer = WindowReplayer(engine_replay(engine, clock), requests, plan, quiet, lambda: 0.0)
+    return measure(replayer, plan, replayer.span_s)[0]
+
+
+def sim_point(config: EngineConfig, profile: GpuProfile, requests, scale: float) -> dict[str, float]:
+    """The simulated window at one rate scale, whole (no SLO stop): its latencies and throughput."""
+    return run_sim(config, profile, rebase(requests, scale))[0]
+
+
+def sim_passes(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig, scale: float) -> bool:
+    """Whether the simulated window, whole at `scale`, meets the SLO's attainment (a probe's verdict)."""
+    clock = VirtualClock()
+    result = replay(sim_engine(config, profile, clock), clock, rebase(requests, scale))
+    return summarize(result, slo, 0.0)["slo_attainment"] >= slo.attainment
+
+
+def first_failure(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig, top: float) -> float:
+    """The simulated capacity from below: scales from `top` / 2 up in 1% steps, the last one before the first
+    that fails (0.0 when `top` / 2 fails). Where passing is not monotone in the rate (one short request of a
+    small window meets its TPOT bound at some rates and not at others), a bisection finds whichever edge its
+    path leads to; this finds the lowest."""
+    scale, last = top / 2, 0.0
+    while scale <= top * 1.2 and sim_passes(config, profile, requests, slo, scale):
+        last, scale = scale, scale * 1.01
+    return last
+
+
+def quiet(*_: object) -> None:
+    pass
