@@ -280,10 +280,9 @@ def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 raise SystemExit(f"--real-in: window {name} differs between files: "
                                  f"{into['window']} vs {data['window']}")
             for cfg, run in data["configs"].items():
-                old = into["configs"].get(cfg)
-                kept = [] if old is None else [*old.get("earlier", []), *([old] if "capacity" in old else [])]
-                into["configs"][cfg] = {**run, "earlier": [{k: v for k, v in o.items() if k != "earlier"}
-                                                           for o in kept]} if kept else run
+                old = into["configs"].get(cfg, {})
+                earlier = [*old.pop("earlier", []), *([old] if "capacity" in old else [])]
+                into["configs"][cfg] = {**run, "earlier": earlier} if earlier else run
             into["rows"] += data.get("rows", [])
     return merged
 

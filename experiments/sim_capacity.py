@@ -113,11 +113,11 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
             config = engine_config(profile, knobs, cpu)
             sim = sim_capacity(config, profile, requests, slo)
             begin = (starts or {}).get(cfg, sim.values[0])
+            meta = {"sim_capacity": sim.values[0], "start": begin}
             cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
             rows: list[list] = []  # and the steps they logged
-            runs[cfg] = {"cut": cut, "rows": rows, "sim_capacity": sim.values[0], "start": begin}
-            runs[cfg] = _real_search(config, model, requests, begin, slo, _recorder(cut, rows, save, out))
-            runs[cfg].update(sim_capacity=sim.values[0], start=begin)
+            runs[cfg] = {"cut": cut, "rows": rows, **meta}
+            runs[cfg] = {**_real_search(config, model, requests, begin, slo, _recorder(cut, rows, save, out)), **meta}
             upper = runs[cfg]["upper"]
             print(f"  {cfg}: sim x{sim.values[0]:.3f}, real x{runs[cfg]['capacity']:.3f} (fails at "
                   f"{'-' if upper is None else f'x{upper:.3f}'}), {time.perf_counter() - start:.0f} s", flush=True)
@@ -130,11 +130,12 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
 
 def _recorder(cut: list[dict], rows: list[list], save: Path | None,
               out: dict[str, Any]) -> Callable[[dict, list], None]:
-    """Each replay into `cut` and the steps logged so far into `rows`, then the whole file rewritten."""
+    """Each replay into `cut` and the steps it logged into `rows` (the log only grows once the search has
+    started), then the whole file rewritten."""
 
     def record(summary: dict, logged: list) -> None:
         cut.append(summary)
-        rows[:] = [list(r) for r in logged]
+        rows.extend(list(r) for r in logged[len(rows):])
         _write(save, out)
 
     return record
