@@ -58,7 +58,8 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
         rows = [r for run in data["configs"].values() for r in run.get("rows", [])]
         if rows:
             lines += [f"The real steps logged ({len(rows)}, after each warm-up) against the profile's prediction:", "",
-                      *step_kinds(profile, rows), ""]
+                      *step_kinds(profile, rows), "", "The same one-tier steps by decode sequences in the step:", "",
+                      *_ratio_table(_by_batch(profile, rows)), ""]
     return lines
 
 
@@ -134,6 +135,22 @@ def step_kinds(profile: GpuProfile, rows: list[list]) -> list[str]:
     for parts, seconds in tier_steps(rows):
         kind = "decode" if not any(shape.prefill_tokens for _, shape in parts) else "with prefill"
         groups.setdefault(f"over {len(parts)} tiers, {kind}", []).append((model.predict_tiers(parts), seconds))
+    return _ratio_table(groups)
+
+
+def _by_batch(profile: GpuProfile, rows: list[list]) -> dict[str, list[tuple[float, float]]]:
+    """(predicted, measured) per one-tier step, by decode or with prefill and its decode sequences in 16s: the
+    batch sizes a fit saw little of show here (a 40-request window never decodes more than 40)."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for s in step_samples(rows):
+        low = min(s.shape.decode_seqs // 16 * 16, 48)
+        seqs = f"{low}+" if low == 48 else f"{low}-{low + 15}"
+        kind = f"{'with prefill' if s.shape.prefill_tokens else 'decode'}, {seqs} seqs"
+        groups.setdefault(kind, []).append((profile.step_model.predict(s.variant, s.shape), s.seconds))
+    return groups
+
+
+def _ratio_table(groups: dict[str, list[tuple[float, float]]]) -> list[str]:
     lines = ["| kind of step | steps | predicted / measured: median (p10..p90) | sum predicted / measured s |",
              "|---|---|---|---|"]
     for kind, pairs in sorted(groups.items()):

@@ -5,6 +5,7 @@
 #   bash experiments/gpu_sim.sh accuracy               # ~6 min: $OUT/real.json (measurements), sim_accuracy.{md,txt}, the refit
 #   bash experiments/gpu_sim.sh capacity azure base,small-budget,no-graphs,tiers   # ~9 min: $OUT/capacity-azure.json
 #   START=tiers=0.48 bash experiments/gpu_sim.sh capacity mooncake tiers   # the real search from x0.48
+#   BUDGET_S=10 bash experiments/gpu_sim.sh capacity mooncake100 tiers     # ~7 min a config on 100 requests
 #   bash experiments/gpu_sim.sh short-chunks           # ~1 min: prefill paths planned per layer vs once a step
 #   bash experiments/gpu_sim.sh prefill-paths          # ~1 min: short chunks by SDPA vs by the flash kernel
 # The accuracy call reads conf/profiles/h200-llama-3-8b.json: copy the profile call's file there first.

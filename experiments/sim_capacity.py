@@ -187,7 +187,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="tiny model on CPU, small grid profile made on the spot")
     p.add_argument("--profile", default=None, help="a GPU profile from python -m runtime.profile")
-    p.add_argument("--windows", default="azure", help="comma-separated: azure,mooncake")
+    p.add_argument("--windows", default="azure", help="comma-separated: azure,mooncake,mooncake100")
     p.add_argument("--only", default=None, help="comma-separated config names, in this order")
     p.add_argument("--budget-s", type=float, default=480.0,
                    help="start no config but the first after this many seconds")

@@ -6,10 +6,12 @@
 For each variant (block size, CUDA graphs off/on, KV dtype) one engine is built on the loaded weights and a
 grid of step compositions is timed through its runner and sampler (`runtime.step_timing`); the step-time
 model is fitted per variant (`runtime.sim.stepmodel`), its error measured on every fifth step by a fit
-without them, and the coefficients shipped are the fit on every step. A burst of requests through the
-first variant's engine then measures a step's host time (`runtime.sim.hostmodel`). The forward's peak activation
-memory is measured at several token counts (estimated on CPU), and the profile records the device, its
-memory, driver, CUDA, torch and Triton versions, the model's shape and weight bytes.
+without them, and the coefficients shipped are the fit on every step. An engine with two block tiers then
+times steps that span both: what each took beyond that fit is a tier's cost (`tier_s`, the median). A burst
+of requests through the first variant's engine then measures a step's host time (`runtime.sim.hostmodel`).
+The forward's peak activation memory is measured at several token counts (estimated on CPU), and the
+profile records the device, its memory, driver, CUDA, torch and Triton versions, the model's shape and
+weight bytes.
 
 Options (key=value): model (required), out, grid=small|full, device, dtype, block_sizes=8,16,32,
 graphs=auto|on|off|both, kv_dtypes=auto,fp8_e4m3, max_model_len, max_num_seqs, max_num_batched_tokens,
@@ -39,9 +41,9 @@ from runtime.sampling_params import SamplingParams
 from runtime.sim.hostmodel import HostModel, fit_host
 from runtime.sim.profile_file import ActivationFit, DeviceRecord, GpuProfile, samples_table, save_profile
 from runtime.sim.refit import host_points
-from runtime.sim.stepmodel import StepSample, Variant, fit, fit_error, split_held_back
+from runtime.sim.stepmodel import StepSample, StepTimeModel, Variant, fit, fit_error, fit_tier_cost, split_held_back
 from runtime.step_log import StepLog
-from runtime.step_timing import StepTimer, grid
+from runtime.step_timing import StepTimer, grid, tier_grid
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,11 @@ def _variants(args: ProfileArgs, cuda: bool) -> list[Variant]:
 
 
 def _engine_config(args: ProfileArgs, variant: Variant, cuda: bool) -> EngineConfig:
+    return EngineConfig.from_flat(args.model, **_knobs(args, variant, cuda))
+
+
+def _knobs(args: ProfileArgs, variant: Variant, cuda: bool) -> dict:
+    """The flat engine knobs a variant is timed with."""
     info = model_info(args.model)
     max_len = args.max_model_len or (1024 if args.small else min(8192, info.max_position_embeddings))
     knobs = dict(block_size=variant.block_size, kv_cache_dtype=variant.kv_dtype, cuda_graphs=variant.graphs,
@@ -115,7 +122,7 @@ def _engine_config(args: ProfileArgs, variant: Variant, cuda: bool) -> EngineCon
                  enable_prefix_caching=False, device=args.device, dtype=args.dtype)
     if not cuda or args.small or args.memory_gb:  # a small grid needs a small pool (a GPU's worth of a tiny
         knobs["device_memory_gb"] = args.memory_gb or 1.0  # model's blocks would take long to build)
-    return EngineConfig.from_flat(args.model, **knobs)
+    return knobs
 
 
 def _time_variant(args: ProfileArgs, config: EngineConfig, model, deadline: float) -> list[StepSample]:
@@ -136,6 +143,46 @@ def _time_variant(args: ProfileArgs, config: EngineConfig, model, deadline: floa
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return samples
+
+
+def _tier_cost(args: ProfileArgs, model, one_tier: StepTimeModel, cuda: bool, deadline: float) -> tuple[float, int]:
+    """`tier_s` from steps over two tiers (block 16 up to a quarter of max_model_len, then block 16 again: only
+    the second tier's own launches differ) against `one_tier`'s prediction: (seconds, steps timed)."""
+    knobs = _knobs(args, Variant(16), cuda)
+    split = knobs["max_model_len"] // 4
+    knobs["block_tiers"] = [{"max_len": split, "block_size": 16, "share": 0.5},
+                            {"max_len": knobs["max_model_len"], "block_size": 16, "share": 0.5}]
+    config = EngineConfig.from_flat(args.model, **knobs)
+    engine = LLMEngine(config, model=model)
+    timer = StepTimer(engine, args.repeats)
+    steps = []
+    for c in tier_grid(args.small, split, engine.max_model_len, config.scheduler.max_num_seqs, engine.scheduler.budget):
+        if time.monotonic() > deadline:
+            break
+        if timer.fits_pool(c):
+            step = timer.time_step(c)
+            steps.append((list(step.parts), step.seconds))
+    del timer, engine
+    gc.collect()
+    if not any(len(parts) > 1 for parts, _ in steps):
+        raise ConfigError("no step over two tiers could be timed")
+    return fit_tier_cost(one_tier, steps), len(steps)
+
+
+def _timed_tier_cost(args: ProfileArgs, model, one_tier: StepTimeModel, cuda: bool, start: float,
+                     notes: list[str]) -> float:
+    """`_tier_cost` within the budget, printed; 0.0 with a note when it was past the budget or failed."""
+    if time.monotonic() - start > args.budget_s:
+        notes.append(f"tiers: not timed, past budget_s {args.budget_s:g} (tier_s 0)")
+        return 0.0
+    try:
+        tier_s, steps = _tier_cost(args, model, one_tier, cuda, start + args.budget_s)
+    except Exception as e:  # the others' measurements count; the profile says what is missing
+        notes.append(f"tiers: skipped ({str(e).splitlines()[0][:200]}; tier_s 0)")
+        return 0.0
+    notes.append(f"tier_s {tier_s * 1e3:.2f} ms: a tier past the first, from {steps} steps over two tiers")
+    print(f"  {notes[-1]} ({time.monotonic() - start:.0f} s)", flush=True)
+    return tier_s
 
 
 def _activation_fit(config: EngineConfig, model, cuda: bool) -> ActivationFit:
@@ -218,6 +265,8 @@ def run_profile(args: ProfileArgs, command: str = "") -> GpuProfile:
         samples += got
     if not samples:
         raise ConfigError("no step could be timed: " + "; ".join(notes))
+    one_tier = fit(samples)
+    tier_s = _timed_tier_cost(args, model, one_tier, cuda, start, notes)
     host = _host_fit(args, first, model)
     print(f"  host time per step: {host.line()} ({time.monotonic() - start:.0f} s)", flush=True)
     fit_points, held = split_held_back(samples)
@@ -226,10 +275,10 @@ def run_profile(args: ProfileArgs, command: str = "") -> GpuProfile:
         model=args.model, model_shape=info._asdict(), dtype=str(dtype).removeprefix("torch."),
         device=_device_record(first, args.memory_gb),
         weight_bytes=sum(p.numel() * p.element_size() for p in model.parameters()), activation=activation,
-        coefficients=dict(fit(samples).coefficients), held_back_error=tuple(error),  # type: ignore[arg-type]
+        coefficients=dict(one_tier.coefficients), held_back_error=tuple(error),  # type: ignore[arg-type]
         samples=samples_table(samples), grid=args.grid, measure_s=round(time.monotonic() - start, 1),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command, notes=tuple(notes),
-        host=tuple(host))  # type: ignore[arg-type]
+        host=tuple(host), tier_s=tier_s)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:

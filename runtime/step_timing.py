@@ -7,6 +7,9 @@ the host, the device synchronized, exactly the work between schedule() and postp
 
     decode of context c     tokens [0, c) in the cache but the last: ScheduledSeq(seq, c - 1, 1)
     chunk (start s, n new)  tokens [0, s) cached, [s, s + n) computed now: ScheduledSeq(seq, s, n)
+
+On an engine with block tiers a sequence takes the first tier whose max_len covers its length, so one
+composition can span tiers (`tier_grid`: what a tier past the first costs).
 """
 
 from __future__ import annotations
@@ -24,9 +27,16 @@ from runtime.sampling_params import SamplingParams
 from runtime.scheduler import ScheduledSeq, SchedulerOutput
 from runtime.sequence import Request, Sequence
 from runtime.sim.shape import StepShaper
-from runtime.sim.stepmodel import StepSample
+from runtime.sim.stepmodel import StepSample, StepShape, Variant
 
 _GREEDY = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+
+
+class TimedStep(NamedTuple):
+    """A timed step: (variant, shape) per tier it spans, as the step-time model reads it, and its seconds."""
+
+    parts: tuple[tuple[Variant, StepShape], ...]
+    seconds: float
 
 
 class Composition(NamedTuple):
@@ -64,6 +74,20 @@ def grid(small: bool, max_len: int, max_seqs: int, max_batched: int, seed: int =
     return [c for c in comps if _fits(c, max_len, max_seqs, max_batched)]
 
 
+def tier_grid(small: bool, split: int, max_len: int, max_seqs: int, max_batched: int) -> list[Composition]:
+    """Steps over two tiers split at `split` tokens (a sequence up to it in the first, longer in the second):
+    decodes half in each, and a chunk in one tier beside decodes in the other."""
+    short, long = max(split // 2, 2), min(max_len, split * 2)
+    batches = (2, 8, 16) if small else (2, 16, 64, 128)
+    chunk_sizes = (16, 64) if small else (512, 2048)
+    comps = [Composition(decodes=(short,) * (b // 2) + (long,) * (b // 2)) for b in batches]
+    for b in batches[1:]:
+        for n in chunk_sizes:
+            comps.append(Composition(decodes=(short,) * b, chunks=((split, n),)))  # the chunk's sequence: second
+            comps.append(Composition(decodes=(long,) * b, chunks=((0, min(n, split)),)))  # the chunk's: first
+    return [c for c in comps if _fits(c, max_len, max_seqs, max_batched)]
+
+
 def _fits(c: Composition, max_len: int, max_seqs: int, max_batched: int) -> bool:
     return (0 < c.batched_tokens <= max_batched and len(c.decodes) + len(c.chunks) <= max_seqs
             and all(d <= max_len for d in c.decodes) and all(s + n <= max_len for s, n in c.chunks))
@@ -80,20 +104,32 @@ class StepTimer:
         self._ids = 0
 
     def fits_pool(self, c: Composition) -> bool:
-        bs, pool = self.engine.kv.tiers[0].block_size, self.engine.kv.pools[0]
-        blocks = sum(-(-d // bs) for d in c.decodes) + sum(-(-(s + n) // bs) for s, n in c.chunks)
-        return blocks <= pool.num_free
+        """Every sequence of `c` fits a tier (`kv.tier_for` its length) and each tier's pool holds its blocks."""
+        kv, need = self.engine.kv, [0] * len(self.engine.kv.tiers)
+        for total in [*c.decodes, *(s + n for s, n in c.chunks)]:
+            tier = kv.tier_for(total)
+            if tier is None:
+                return False
+            need[tier] += -(-total // kv.tiers[tier].block_size)
+        return all(n <= pool.num_free for n, pool in zip(need, kv.pools, strict=True))
 
     def time(self, c: Composition) -> list[StepSample]:
-        """One sample per tier part (a single-tier engine: one) with the median seconds."""
+        """The one-tier step `c`, the median seconds (`time_step` for a step over several tiers)."""
+        step = self.time_step(c)
+        if len(step.parts) != 1:
+            raise ValueError(f"{c}: spans {len(step.parts)} tiers; time it with time_step")
+        (variant, shape), = step.parts
+        return [StepSample(variant, shape, step.seconds)]
+
+    def time_step(self, c: Composition) -> TimedStep:
+        """The step `c` (on as many tiers as its sequences' lengths take): its parts and median seconds."""
         seqs, out = self._compose(c)
         try:
             seconds = [self._run(out) for _ in range(self.repeats + 1)][1:]
         finally:
             for seq in seqs:
                 self.engine.kv.free(seq)
-        (variant, shape), = self.shaper.parts(out.scheduled)
-        return [StepSample(variant, shape, statistics.median(seconds))]
+        return TimedStep(tuple(self.shaper.parts(out.scheduled)), statistics.median(seconds))
 
     def _compose(self, c: Composition) -> tuple[list[Sequence], SchedulerOutput]:
         vocab = self.engine.vocab_size
@@ -102,11 +138,13 @@ class StepTimer:
             self._ids += 1
             tokens = [(self._ids * 7919 + i) % vocab for i in range(total)]
             req = Request(f"profile-{self._ids}", tokens, _GREEDY, 0.0, 0, RequestMetrics(0.0))
-            seq = Sequence(self._ids, req, 0, list(tokens), 0, self._ids)
+            tier = self.engine.kv.tier_for(total)
+            assert tier is not None, "every sequence of the composition must fit a tier"
+            seq = Sequence(self._ids, req, 0, list(tokens), tier, self._ids)
             assert self.engine.kv.try_allocate(seq, total) is not None, "the composition must fit the pool"
             seqs.append(seq)
             items.append(ScheduledSeq(seq, start, n, True))
-        items.sort(key=lambda s: s.num_new_tokens != 1)
+        items.sort(key=lambda s: (s.seq.tier, s.num_new_tokens != 1))  # as the scheduler orders a step
         return seqs, SchedulerOutput(tuple(items), (), (), (), c.batched_tokens, 0)
 
     def _run(self, out: SchedulerOutput) -> float:

@@ -94,6 +94,9 @@ def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str]
                                                                              name=sim.profile.model))
         app = dataclasses.replace(app, runtime=runtime)
     notes.append(f"figures are {sim.label}; held-back fit error {sim.profile.fit_error.line()}")
+    if sim.profile.tier_s == 0 and _may_use_tiers(app):
+        notes.append(f"{path} has no cost for a second block tier (tier_s 0): simulated configs with block tiers "
+                     "pay nothing for it and look better than they are; python -m runtime.profile measures it now")
     if app.tuner.fidelity == "sim+real":
         worker = worker or _worker(app, interrupts)
         notes.append("tuner.fidelity=sim+real: the finalists and the baseline are measured on the real runtime")
@@ -101,6 +104,13 @@ def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str]
     if worker is not None:
         worker.close()
     return Executors(sim, sim, app, sim, tuple(notes), interrupts)
+
+
+def _may_use_tiers(app: AppConfig) -> bool:
+    """A trial may run over two block tiers: the runtime's config has them, or a searched knob sets them."""
+    enabled = any(p.path == "tiers.enabled" and not p.frozen and (p.freeze is None or p.freeze is True)
+                  for p in app.search.params.values())
+    return bool(app.runtime.cache.block_tiers) or enabled
 
 
 def _worker(app: AppConfig, interrupts: Interrupts | None) -> WorkerSupervisor:

@@ -8,6 +8,7 @@ from runtime import ConfigError
 from runtime.profile import main, parse_args
 from runtime.sim import load_profile
 from runtime.sim.stepmodel import FEATURES
+from runtime.step_timing import StepTimer
 from tests.runtime.sim.sim_factories import TINY_WEIGHT_BYTES
 
 
@@ -55,5 +56,27 @@ def test_the_profile_command_on_cuda_times_graphs_and_fp8(tmp_path):
     assert p.device.type == "cuda" and p.device.memory_bytes > 0 and p.device.cuda and p.dtype == "bfloat16"
     assert sorted(p.coefficients) == ["bs16/auto/eager", "bs16/auto/graph", "bs16/fp8_e4m3/eager",
                                       "bs16/fp8_e4m3/graph"]
-    assert p.notes == ()
+    assert [n for n in p.notes if not n.startswith("tier_s")] == []  # every variant timed, the tiers too
+    assert p.tier_s > 0
     assert p.activation.per_token_bytes > 0
+
+
+def test_the_profile_records_a_tier_cost_from_steps_over_two_tiers(tiny_profile_path):
+    p = load_profile(tiny_profile_path)
+    assert p.tier_s >= 0  # the tiny model's second tier costs about nothing on a CPU: its noise decides
+    assert [n for n in p.notes if n.startswith("tier_s")] == [
+        f"tier_s {p.tier_s * 1e3:.2f} ms: a tier past the first, from 7 steps over two tiers"]
+
+
+def test_a_known_tier_cost_is_measured(monkeypatch, tmp_path):
+    """Every tier past the first made to cost 20 ms more: the profile's tier_s finds it (within the tiny model's
+    CPU noise, a few ms on steps of 2-14 ms)."""
+    timed = StepTimer._run
+
+    def slower(self, out):
+        return timed(self, out) + 0.020 * (len({s.seq.tier for s in out.scheduled}) - 1)
+
+    monkeypatch.setattr(StepTimer, "_run", slower)
+    out = tmp_path / "tiers.json"
+    assert main(["model=tiny", "grid=small", "device=cpu", "repeats=1", f"out={out}"]) == 0
+    assert load_profile(out).tier_s == pytest.approx(0.020, abs=0.005)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.runtime.sim.sim_factories import write_tiny_profile
-from tuner.config import TunerConfigError, load_app_config
+from tuner.config import CONF_DIR, TunerConfigError, load_app_config
 from tuner.traffic import SAMPLE_TRAFFIC
 from tuner.trials.executors import open_executors
 from tuner.trials.sim import SimExecutor
@@ -55,3 +55,29 @@ def test_auto_without_a_gpu_simulates_the_profile_when_it_is_there(tmp_path):
         assert ex.notes == (f"executor: real (no GPU here, and no GPU profile at {missing} to simulate)",)
     finally:
         ex.close()
+
+
+NO_TIER_COST = "has no cost for a second block tier (tier_s 0)"
+PROFILES = CONF_DIR / "profiles"
+
+
+@pytest.mark.parametrize("profile, warned", [("h200-qwen2-7b.json", True), ("h200-llama-3-8b.json", False)])
+def test_a_profile_without_a_tier_cost_is_named_when_tiers_are_searched(profile, warned):
+    path = PROFILES / profile
+    space = {"params": {"use_tiers": {"path": "tiers.enabled", "type": "categorical", "choices": [False, True]}}}
+    ex = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space))
+    assert [n for n in ex.notes if NO_TIER_COST in n] == ([
+        f"{path} {NO_TIER_COST}: simulated configs with block tiers pay nothing for it and look better than they "
+        "are; python -m runtime.profile measures it now"] if warned else [])
+
+
+def test_no_tier_warning_when_no_trial_can_use_tiers():
+    path = PROFILES / "h200-qwen2-7b.json"
+    space = {"params": {"seqs": {"path": "runtime.scheduler.max_num_seqs", "type": "int", "low": 8, "high": 64}}}
+    ex = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space))
+    assert not [n for n in ex.notes if NO_TIER_COST in n]
+    tiers = {"block_tiers": [{"max_len": 2048, "block_size": 16, "share": 0.5},
+                             {"max_len": 8192, "block_size": 32, "share": 0.5}]}
+    ex = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space,
+                             runtime={"cache": tiers}))  # the runtime's own config has them
+    assert [n for n in ex.notes if NO_TIER_COST in n] != []
