@@ -15,11 +15,15 @@ profile without it: 0).
 
 `prefill_tokens` counts the padding rows an eager step adds (`pad_multiple`) and `decode_seqs` the graph
 bucket a replayed decode step fills, so padding costs what it costs. A step over several tiers (one
-attention launch per tier, one set of GEMMs) takes its constant and GEMM terms from its first tier's
-variant and each tier's attention terms from that tier's, and each tier past the first adds `tier_s` (its
-own cache write, attention and copy launches in every layer, which an eager step's host pays in full;
-about 10 ms for Llama-3-8B on an H200). A variant that was not profiled borrows the nearest one profiled
-(same graphs and dtype first, then the closest block size).
+attention launch per tier, one set of GEMMs) is its tiers' shapes summed, at its first tier's variant's
+coefficients, and each tier past the first adds `tier_s` (its own cache write, attention and copy
+launches in every layer, which an eager step's host pays in full; about 10 ms for Llama-3-8B on an H200).
+One variant's coefficients, not the GEMM terms of one and the attention terms of another: in real steps
+a chunk's tokens and its attention grow together, so each variant's fit splits their cost its own way
+(the H200 profile's bs32 eager variant has half bs16's attention coefficient and a higher token one). A
+mix of the two predicted real H200 steps with a prefill chunk over two tiers a median 35 ms short, one
+variant 3 ms (before `tier_s`; experiments/RESULTS.md). A variant that was not profiled borrows the
+nearest one profiled (same graphs and dtype first, then the closest block size).
 
 `fit` solves each variant's coefficients by least squares (columns scaled, so a feature counted in
 millions does not drown the constant) for each floor it tries, and keeps the floor whose model has
@@ -140,18 +144,17 @@ class StepTimeModel:
         return self.predict_tiers([(variant, shape)])
 
     def predict_tiers(self, parts: Sequence[tuple[Variant, StepShape]]) -> float:
-        """Seconds for a step over several tiers: one constant, GEMM terms and floor (first tier's variant),
-        attention terms per tier, `tier_s` per tier past the first."""
+        """Seconds for a step over several tiers: the tiers' shapes summed, at the first tier's variant's
+        coefficients and floor, and `tier_s` per tier past the first."""
         if not parts:
             return 0.0
-        first = self._coefficients(parts[0][0])
-        total = first[0]
-        for i, (variant, shape) in enumerate(parts):
-            own = first if i == 0 else self._coefficients(variant)
+        c = self._coefficients(parts[0][0])
+        total = c[0]
+        for _, shape in parts:
             # the products of `shape.features()`, without building it (float * int rounds as float * float(int))
-            total += (first[1] * shape.prefill_tokens + own[2] * shape.prefill_attention
-                      + first[3] * shape.decode_seqs + own[4] * shape.decode_context)
-        return max(total, first[5], 0.0) + self.tier_s * (len(parts) - 1)
+            total += (c[1] * shape.prefill_tokens + c[2] * shape.prefill_attention
+                      + c[3] * shape.decode_seqs + c[4] * shape.decode_context)
+        return max(total, c[5], 0.0) + self.tier_s * (len(parts) - 1)
 
 
 HICCUP = 3.0  # a step measured this many times its fitted prediction is a hiccup, not its shape's cost

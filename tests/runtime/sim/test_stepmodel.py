@@ -91,12 +91,12 @@ def test_an_unprofiled_variant_borrows_the_nearest_profiled_one():
     assert model.resolve(Variant(32)) == EAGER16  # same dtype first, then the closest block size
 
 
-def test_a_step_over_two_tiers_pays_one_constant_and_each_tiers_attention():
+def test_a_step_over_two_tiers_is_their_shapes_summed_at_the_first_tiers_variant():
     model = StepTimeModel(TRUE)
     a, b = StepShape(100, 10_000, 4, 400), StepShape(50, 20_000, 2, 1000)
-    c16, c32 = TRUE[EAGER16.key], TRUE[EAGER32_FP8.key]
-    expected = (c16[0] + c16[1] * 150 + c16[3] * 6 + c16[2] * 10_000 + c16[4] * 400
-                + c32[2] * 20_000 + c32[4] * 1000)
+    c16 = TRUE[EAGER16.key]
+    expected = c16[0] + c16[1] * 150 + c16[2] * 30_000 + c16[3] * 6 + c16[4] * 1400  # none of EAGER32_FP8's terms
+    assert expected == pytest.approx(model.predict(EAGER16, StepShape(150, 30_000, 6, 1400)), rel=1e-12)
     assert model.predict_tiers([(EAGER16, a), (EAGER32_FP8, b)]) == pytest.approx(expected, rel=1e-12)
     tiered = StepTimeModel(TRUE, tier_s=0.01)  # each tier past the first: 10 ms more
     assert tiered.predict_tiers([(EAGER16, a), (EAGER32_FP8, b)]) == pytest.approx(expected + 0.01, rel=1e-12)
