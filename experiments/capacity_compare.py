@@ -142,11 +142,12 @@ def _by_batch(profile: GpuProfile, rows: list[list]) -> dict[str, list[tuple[flo
     """(predicted, measured) per one-tier step, by decode or with prefill and its decode sequences in 16s: the
     batch sizes a fit saw little of show here (a 40-request window never decodes more than 40)."""
     groups: dict[str, list[tuple[float, float]]] = {}
+    model = profile.step_model  # built once: a profile makes a new model at each ask
     for s in step_samples(rows):
         low = min(s.shape.decode_seqs // 16 * 16, 48)
         seqs = f"{low}+" if low == 48 else f"{low}-{low + 15}"
         kind = f"{'with prefill' if s.shape.prefill_tokens else 'decode'}, {seqs} seqs"
-        groups.setdefault(kind, []).append((profile.step_model.predict(s.variant, s.shape), s.seconds))
+        groups.setdefault(kind, []).append((model.predict(s.variant, s.shape), s.seconds))
     return groups
 
 

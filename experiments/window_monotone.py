@@ -22,11 +22,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from capacity_sim import ORDER, WINDOWS, rate_rps, sim_capacity, sim_passes, slo_for
-from sim_accuracy import configs, engine_config, trace_requests
+from capacity_sim import ORDER, WINDOWS, rate_rps, sim_capacity, sim_passes, slo_for, window_requests
+from sim_accuracy import configs, engine_config
 
 from runtime.sim import load_profile
-from tuner.traffic import select
 
 
 def main() -> int:
@@ -38,7 +37,7 @@ def main() -> int:
     profile, window, every, slo = load_profile(a.profile), WINDOWS[a.window], configs(False), slo_for(False)
     steps = int(np.log(1.15 / 0.8) / np.log(1.01)) + 1
     for n in map(int, a.requests.split(",")):
-        requests = select(trace_requests(window.trace, profile, False), start_s=window.start_s, max_requests=n)
+        requests = window_requests(window._replace(requests=n), profile, False)
         print(f"{n} requests of {window.trace} from {window.start_s:g} s ({rate_rps(requests):.3f} req/s at x1)")
         for cfg in ORDER:
             config = engine_config(profile, every[cfg], False)

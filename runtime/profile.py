@@ -25,6 +25,7 @@ import math
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
@@ -43,7 +44,7 @@ from runtime.sim.profile_file import ActivationFit, DeviceRecord, GpuProfile, sa
 from runtime.sim.refit import host_points
 from runtime.sim.stepmodel import StepSample, StepTimeModel, Variant, fit, fit_error, fit_tier_cost, split_held_back
 from runtime.step_log import StepLog
-from runtime.step_timing import StepTimer, grid, tier_grid
+from runtime.step_timing import Composition, StepTimer, TimedStep, grid, tier_grid
 
 
 @dataclass(frozen=True)
@@ -126,23 +127,14 @@ def _knobs(args: ProfileArgs, variant: Variant, cuda: bool) -> dict:
 
 
 def _time_variant(args: ProfileArgs, config: EngineConfig, model, deadline: float) -> list[StepSample]:
-    engine = LLMEngine(config, model=model)
-    timer = StepTimer(engine, args.repeats)
-    s = config.scheduler
-    comps = grid(args.small, engine.max_model_len, s.max_num_seqs, engine.scheduler.budget, args.seed)
-    if config.kernel.cuda_graphs:  # only pure-decode steps replay a graph; the rest is the eager variant's
-        comps = [c for c in comps if not c.chunks]
-    samples: list[StepSample] = []
-    for c in comps:
-        if time.monotonic() > deadline:
-            break
-        if timer.fits_pool(c):
-            samples += timer.time(c)
-    del timer, engine
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return samples
+    def compositions(engine: LLMEngine) -> list[Composition]:
+        s = config.scheduler
+        comps = grid(args.small, engine.max_model_len, s.max_num_seqs, engine.scheduler.budget, args.seed)
+        # only pure-decode steps replay a graph; the rest is the eager variant's
+        return [c for c in comps if not c.chunks] if config.kernel.cuda_graphs else comps
+
+    return [StepSample(variant, shape, step.seconds)
+            for step in _time_steps(args, config, model, compositions, deadline) for variant, shape in step.parts]
 
 
 def _tier_cost(args: ProfileArgs, model, one_tier: StepTimeModel, cuda: bool, deadline: float) -> tuple[float, int]:
@@ -153,20 +145,34 @@ def _tier_cost(args: ProfileArgs, model, one_tier: StepTimeModel, cuda: bool, de
     knobs["block_tiers"] = [{"max_len": split, "block_size": 16, "share": 0.5},
                             {"max_len": knobs["max_model_len"], "block_size": 16, "share": 0.5}]
     config = EngineConfig.from_flat(args.model, **knobs)
+
+    def compositions(engine: LLMEngine) -> list[Composition]:
+        return tier_grid(args.small, split, engine.max_model_len, config.scheduler.max_num_seqs,
+                         engine.scheduler.budget)
+
+    steps = _time_steps(args, config, model, compositions, deadline)
+    if not any(len(step.parts) > 1 for step in steps):
+        raise ConfigError("no step over two tiers could be timed")
+    return fit_tier_cost(one_tier, steps), len(steps)
+
+
+def _time_steps(args: ProfileArgs, config: EngineConfig, model,
+                compositions: Callable[[LLMEngine], list[Composition]], deadline: float) -> list[TimedStep]:
+    """Each composition that fits the pool, timed on a fresh engine of `config` until `deadline`; the engine and
+    its pool go before the next is built."""
     engine = LLMEngine(config, model=model)
     timer = StepTimer(engine, args.repeats)
-    steps = []
-    for c in tier_grid(args.small, split, engine.max_model_len, config.scheduler.max_num_seqs, engine.scheduler.budget):
+    steps: list[TimedStep] = []
+    for c in compositions(engine):
         if time.monotonic() > deadline:
             break
         if timer.fits_pool(c):
-            step = timer.time_step(c)
-            steps.append((list(step.parts), step.seconds))
+            steps.append(timer.time_step(c))
     del timer, engine
     gc.collect()
-    if not any(len(parts) > 1 for parts, _ in steps):
-        raise ConfigError("no step over two tiers could be timed")
-    return fit_tier_cost(one_tier, steps), len(steps)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return steps
 
 
 def _timed_tier_cost(args: ProfileArgs, model, one_tier: StepTimeModel, cuda: bool, start: float,
