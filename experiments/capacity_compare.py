@@ -102,10 +102,18 @@ def _capacity_table(runs: dict[str, Any], sims: dict[str, SimFigures], rate: flo
                             for s in searches))
         detail = " / ".join(f"x{b:.3f} ({_err(b, real_cap)})" for b in sim.band)
         lines.append(f"| {cfg} | {real_cap * rate:.3f} ({spread}) | {sim.capacity * rate:.3f} (x{sim.capacity:.3f}) "
-                     f"| {_err(sim.capacity, real_cap)} | {detail} "
+                     f"| {_error(sim.capacity, run)} | {detail} "
                      f"| x{sim.from_below:.3f} ({_err(sim.from_below, real_cap)}) | {_agreement(sim.verdicts)} "
                      f"| {_probes(run['probes'])} |")
     return lines
+
+
+def _error(sim: float, run: dict[str, Any]) -> str:
+    """The simulated capacity's error against the real one; for a `--check` run, whose real capacity is only known
+    to lie between its last pass and its first fail, the range of errors that bracket allows."""
+    if "check" not in run or run["upper"] is None:
+        return _err(sim, real_capacity(run))
+    return f"{_err(sim, run['upper'])}..{_err(sim, run['capacity'])} (check)"
 
 
 def _agreement(verdicts: tuple[tuple[float, bool, bool], ...]) -> str:

@@ -6,6 +6,7 @@
 #   bash experiments/gpu_sim.sh capacity azure base,small-budget,no-graphs,tiers   # ~9 min: $OUT/capacity-azure.json
 #   START=tiers=0.48 bash experiments/gpu_sim.sh capacity mooncake tiers   # the real search from x0.48
 #   BUDGET_S=10 bash experiments/gpu_sim.sh capacity mooncake100 tiers     # ~7 min a config on 100 requests
+#   CHECK=0.1 bash experiments/gpu_sim.sh capacity mooncake100 block-32,few-seqs  # ~4 min a config: within 10%?
 #   bash experiments/gpu_sim.sh short-chunks           # ~1 min: prefill paths planned per layer vs once a step
 #   bash experiments/gpu_sim.sh prefill-paths          # ~1 min: short chunks by SDPA vs by the flash kernel
 # The accuracy call reads conf/profiles/h200-llama-3-8b.json: copy the profile call's file there first.
@@ -20,7 +21,7 @@ case "$1" in
       --out-md "$OUT/sim_accuracy.md" --refit-out "$OUT/h200-llama-3-8b.refit.json" 2>&1 | tee "$OUT/sim_accuracy.txt" ;;
   capacity)  # one window: real capacity searches from the simulated ones (BUDGET_S: start no config but the first after it)
     python3 experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows "$2" --only "$3" \
-      --budget-s ${BUDGET_S:-380} ${START:+--start "$START"} --real-out "$OUT/capacity-$2.json" --out-md "$OUT/sim_capacity-$2.md" 2>&1 \
+      --budget-s ${BUDGET_S:-380} ${START:+--start "$START"} ${CHECK:+--check "$CHECK"} --real-out "$OUT/capacity-$2.json" --out-md "$OUT/sim_capacity-$2.md" 2>&1 \
       | tee "$OUT/sim_capacity-$2.txt" ;;
   short-chunks)
     python3 experiments/bench_short_chunks.py --record --results "$OUT/RESULTS_short_chunks.md" 2>&1 \

@@ -269,8 +269,8 @@ def real_runs(a: argparse.Namespace, measure: Any) -> dict[str, Any]:
 
 def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Several device calls' measurements as one: their windows, each window's configs (a later file's config
-    replaces an earlier one's; a finished search it replaces is kept in its `earlier` list), and every file's
-    date."""
+    replaces an earlier one's; a finished search it replaces is kept in its `earlier` list, and a cut search
+    that follows a cut one carries both one's replays and steps), and every file's date."""
     merged: dict[str, Any] = {"created": " and ".join(r["created"] for r in runs), "windows": {}}
     for run in runs:
         for name, data in run["windows"].items():
@@ -281,6 +281,8 @@ def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
                                  f"{into['window']} vs {data['window']}")
             for cfg, run in data["configs"].items():
                 old = into["configs"].get(cfg, {})
+                if "capacity" not in old and "capacity" not in run and old:  # two cut searches: all their replays
+                    run = {**run, "cut": [*old["cut"], *run["cut"]], "rows": [*old["rows"], *run["rows"]]}
                 earlier = [*old.pop("earlier", []), *([old] if "capacity" in old else [])]
                 into["configs"][cfg] = {**run, "earlier": earlier} if earlier else run
             into["rows"] += data.get("rows", [])

@@ -33,6 +33,10 @@ the simulator gives the same verdict (pass or fail) as the real engine: a check 
 With --real-out the file is rewritten after every measured replay: a config whose search a call's time limit
 cuts keeps its replays so far under `cut` and its logged steps under `rows` (a refit takes them), and the
 comparison lists them. `--start tiers=0.48` starts a config's real search at a scale a cut call bracketed.
+`--check 0.1` replaces the search to 5% by the same search with one coarse step, from the simulated capacity
+/ 1.1 to x1.1 (`check_plan`): a pass then a fail proves the real capacity within 10% of the simulated one in
+two probes (about 4 minutes a config on the 100-request Mooncake window, against 7), and the comparison gives
+the range of errors that bracket allows.
 
 The shipped profile is refitted with the flash-era steps of both windows (conf/profiles/README.md), so its
 figures here are in-sample; experiments/RESULTS.md has the held-out cross-window ones.
@@ -82,17 +86,25 @@ from tuner.trials.metrics import summarize
 from tuner.trials.replayer import engine_replay
 
 
-def real_plan(start: float, slo: SloConfig) -> MeasurePlan:
-    return MeasurePlan(ObjectiveName.capacity, slo, repeats=3, start_scale=start, first_step=1.15, tol=0.05,
+def real_plan(start: float, slo: SloConfig, step: float = 1.15, tol: float = 0.05) -> MeasurePlan:
+    return MeasurePlan(ObjectiveName.capacity, slo, repeats=3, start_scale=start, first_step=step, tol=tol,
                        warmup_requests=32)
+
+
+def check_plan(sim: float, within: float, slo: SloConfig) -> MeasurePlan:
+    """The tuner's search with one coarse step: from sim / (1 + within) up to sim x (1 + within), where a pass
+    then a fail proves the real capacity within that band of the simulated one in two probes."""
+    step = (1 + within) ** 2
+    return real_plan(sim / (1 + within), slo, step, step - 1 + 1e-9)
 
 
 # ---- the real runs (a GPU, or --cpu) ------------------------------------------------------------------------
 def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool,
-                 budget_s: float, save: Path | None, starts: dict[str, float] | None = None) -> dict[str, Any]:
-    """Per window and config: the simulated capacity, the real search from there (or from `starts[cfg]`), the
-    replays at the real capacity; written to `save` after every replay. No config but the first is started
-    past `budget_s` (counted from the model's load)."""
+                 budget_s: float, save: Path | None, starts: dict[str, float] | None = None,
+                 check: float | None = None) -> dict[str, Any]:
+    """Per window and config: the simulated capacity, the real search from there (or from `starts[cfg]`; with
+    `check`, the two-probe check of `check_plan`), the replays at the real capacity; written to `save` after
+    every replay. No config but the first is started past `budget_s` (counted from the model's load)."""
     import torch
 
     model, slo = load_real_model(profile, cpu), slo_for(cpu)
@@ -112,12 +124,14 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
             start, started = time.perf_counter(), started + 1
             config = engine_config(profile, knobs, cpu)
             sim = sim_capacity(config, profile, requests, slo)
-            begin = (starts or {}).get(cfg, sim.values[0])
-            meta = {"sim_capacity": sim.values[0], "start": begin}
+            plan = (check_plan(sim.values[0], check, slo) if check is not None
+                    else real_plan((starts or {}).get(cfg, sim.values[0]), slo))
+            meta = {"sim_capacity": sim.values[0], "start": plan.start_scale,
+                    **({} if check is None else {"check": check})}
             cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
             rows: list[list] = []  # and the steps they logged
             runs[cfg] = {"cut": cut, "rows": rows, **meta}
-            runs[cfg] = {**_real_search(config, model, requests, begin, slo, _recorder(cut, rows, save, out)), **meta}
+            runs[cfg] = {**_real_search(config, model, requests, plan, _recorder(cut, rows, save, out)), **meta}
             upper = runs[cfg]["upper"]
             print(f"  {cfg}: sim x{sim.values[0]:.3f}, real x{runs[cfg]['capacity']:.3f} (fails at "
                   f"{'-' if upper is None else f'x{upper:.3f}'}), {time.perf_counter() - start:.0f} s", flush=True)
@@ -146,9 +160,9 @@ def _write(save: Path | None, out: dict[str, Any]) -> None:
         save.write_text(json.dumps(out) + "\n", encoding="utf-8")
 
 
-def _real_search(config: EngineConfig, model, requests, start: float, slo: SloConfig,
+def _real_search(config: EngineConfig, model, requests, plan: MeasurePlan,
                  on_replay: Callable[[dict, list], None]) -> dict[str, Any]:
-    """The real search from `start`; `on_replay` gets each measured replay's scale, attainment and busy time,
+    """The real search `plan` runs; `on_replay` gets each measured replay's scale, attainment and busy time,
     and the steps logged so far."""
     from runtime import LLMEngine, StepLog
     from tuner.trials.replay import ReplayClock
@@ -156,11 +170,10 @@ def _real_search(config: EngineConfig, model, requests, start: float, slo: SloCo
     clock = ReplayClock()
     engine = LLMEngine(config, clock=clock, model=model)
     log = StepLog(engine)  # every step after the warm-up, to check a refit on steps it never saw
-    plan = real_plan(start, slo)
     replay_fn = engine_replay(engine, clock)
     replayer = WindowReplayer(replay_fn, requests, plan, quiet, lambda: 0.0)
     replayer.warm_up(plan.warmup_requests)
-    replay_fn(rebase(requests, start))  # unmeasured: every kernel shape of the window compiled
+    replay_fn(rebase(requests, plan.start_scale))  # unmeasured: every kernel shape of the window compiled
     log.rows.clear()
 
     def logged(scale: float) -> ReplaySummary:
@@ -175,7 +188,7 @@ def _real_search(config: EngineConfig, model, requests, start: float, slo: SloCo
     point = [r.metrics for p in measurement.probes if p.scale == capacity for r in p.replays
              if r.passed and not r.metrics.get("stopped")]
     while capacity > 0 and len(point) < SPREAD_REPLAYS:
-        point.append(summarize(replay_fn(rebase(requests, capacity)), slo, 0.0))
+        point.append(summarize(replay_fn(rebase(requests, capacity)), plan.slo, 0.0))
     probes = [{"scale": p.scale, "passed": p.passed, "attainment": [r.metrics["slo_attainment"] for r in p.replays],
                "busy_s": [r.metrics.get("busy_s", 0.0) for r in p.replays]} for p in measurement.probes]
     return {"capacity": capacity, "upper": upper if upper != float("inf") else None, "probes": probes,
@@ -197,6 +210,8 @@ def main() -> int:
                    help="compare against these real measurements (one or more files; no model needed)")
     p.add_argument("--real-out", default=None, help="write the real measurements here (JSON)")
     p.add_argument("--out-md", default=None, help="also write the comparison (markdown) here")
+    p.add_argument("--check", type=float, default=None, metavar="WITHIN",
+                   help="instead of a search to 5%%: probe sim / (1 + WITHIN) and sim x (1 + WITHIN) (e.g. 0.1)")
     p.add_argument("--scan", action="store_true",
                    help="with --sim-only: the simulated verdict at every 0.5%% step from 0.8x to 1.1x the capacity")
     p.add_argument("--sim-only", action="store_true", help="only the simulated capacities (CPU), no real runs")
@@ -211,7 +226,8 @@ def main() -> int:
     if a.sim_only:
         return _sim_only(profile, windows, chosen, a.cpu, a.scan)
     starts = parse_starts(a.start, chosen)
-    real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, a.budget_s, save, starts))
+    real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, a.budget_s, save, starts,
+                                                  a.check))
     print(f"profile {profile.label} ({profile_path})", flush=True)
     lines = compare(profile, real, chosen, a.cpu)
     emit("\n".join(lines), a, f"Capacity simulated vs real ({profile.label}; the real runs: {real['created']})")

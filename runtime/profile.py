@@ -7,7 +7,7 @@ For each variant (block size, CUDA graphs off/on, KV dtype) one engine is built 
 grid of step compositions is timed through its runner and sampler (`runtime.step_timing`); the step-time
 model is fitted per variant (`runtime.sim.stepmodel`), its error measured on every fifth step by a fit
 without them, and the coefficients shipped are the fit on every step. An engine with two block tiers then
-times steps that span both: what each took beyond that fit is a tier's cost (`tier_s`, the median). A burst
+times steps that span both: what each took beyond that fit is a tier's cost (`tier_s`, the mean). A burst
 of requests through the first variant's engine then measures a step's host time (`runtime.sim.hostmodel`).
 The forward's peak activation memory is measured at several token counts (estimated on CPU), and the
 profile records the device, its memory, driver, CUDA, torch and Triton versions, the model's shape and

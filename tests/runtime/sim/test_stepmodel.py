@@ -11,7 +11,7 @@ from runtime.kv.manager import TierSpec
 from runtime.scheduler import ScheduledSeq
 from runtime.sim import StepSample, StepShape, StepTimeModel, Variant, fit, fit_error
 from runtime.sim.shape import StepShaper
-from runtime.sim.stepmodel import fit_tier_cost, split_held_back
+from runtime.sim.stepmodel import HICCUP, fit_tier_cost, split_held_back
 from tests.runtime.kv_factories import make_seq
 
 EAGER16 = Variant(16)
@@ -107,14 +107,17 @@ def test_a_step_over_two_tiers_is_their_shapes_summed_at_the_first_tiers_variant
         StepTimeModel(TRUE, tier_s=-0.001)
 
 
-def test_the_tier_cost_is_the_median_excess_of_steps_over_several_tiers():
+def test_the_tier_cost_is_the_mean_excess_of_steps_over_several_tiers_hiccups_left_out():
     model = StepTimeModel(TRUE, tier_s=0.5)  # the model's own tier cost is not part of the excess
     a, b = StepShape(100, 10_000, 4, 400), StepShape(0, 0, 2, 1000)
     two, three = [(EAGER16, a), (EAGER32_FP8, b)], [(EAGER16, a), (EAGER32_FP8, b), (EAGER32_FP8, b)]
     plain = StepTimeModel(TRUE)
     steps = [(two, plain.predict_tiers(two) + 0.008), (three, plain.predict_tiers(three) + 0.016),
              (two, plain.predict_tiers(two) + 0.008), (two, plain.predict_tiers(two) + 1.0)]  # a hiccup
+    assert plain.predict_tiers(two) + 1.0 > HICCUP * (plain.predict_tiers(two) + 0.008)  # the last is a hiccup
     assert fit_tier_cost(model, steps) == pytest.approx(0.008, rel=1e-9)
+    skewed = [(two, plain.predict_tiers(two) + extra) for extra in (0.002, 0.002, 0.002, 0.014)]
+    assert fit_tier_cost(model, skewed) == pytest.approx(0.005, rel=1e-9)  # the mean: the median would say 2 ms
     assert fit_tier_cost(model, [(two, plain.predict_tiers(two) - 0.002)]) == 0.0  # never below 0
     with pytest.raises(ValueError, match="at least one step over two or more tiers"):
         fit_tier_cost(model, [([(EAGER16, a)], 0.01)])
