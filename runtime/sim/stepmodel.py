@@ -18,7 +18,7 @@ bucket a replayed decode step fills, so padding costs what it costs. A step over
 attention launch per tier, one set of GEMMs) is its tiers' shapes summed, at its first tier's variant's
 coefficients, and each tier past the first adds `tier_s` (its own cache write, attention and copy
 launches in every layer, which an eager step's host pays in full; 7.6 ms for Llama-3-8B on an H200, the
-mean over 27,504 real steps over two tiers, whose mean ranged from 2.5 to 13.9 ms from one host to the next).
+mean over 27,514 real steps over two tiers, whose mean ranged from 2.5 to 13.9 ms from one call to the next).
 One variant's coefficients, not the GEMM terms of one and the attention terms of another: in real steps
 a chunk's tokens and its attention grow together, so each variant's fit splits their cost its own way
 (the H200 profile's bs32 eager variant has half bs16's attention coefficient and a higher token one). A
@@ -242,7 +242,7 @@ def _relative_error(x: np.ndarray, y: np.ndarray, coef: np.ndarray, floor: float
 def fit_tier_cost(model: StepTimeModel, steps: Iterable[tuple[Sequence[tuple[Variant, StepShape]], float]]) -> float:
     """`tier_s` from timed steps over several tiers: the mean over them of what each took beyond `model`'s
     prediction without the tier cost, per tier past the first (at least 0). A mean, as `fit`'s least squares:
-    what a queue feels is the steps' total, and real excesses are skewed (on an H200 a median of 2.5 ms under a
+    what a queue feels is the steps' total, and real excesses are skewed (on an H200 a median of 4.6 ms under a
     mean of 7.6 ms), so a median would undercount it. Hiccups are left out as in `fit`: steps measured above
     `HICCUP` x their prediction with the median excess as the tier cost."""
     plain = StepTimeModel(model.coefficients)
