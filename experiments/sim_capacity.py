@@ -226,6 +226,8 @@ def main() -> int:
     if a.sim_only:
         return _sim_only(profile, windows, chosen, a.cpu, a.scan)
     starts = parse_starts(a.start, chosen)
+    if starts and a.check is not None:
+        raise SystemExit("--start and --check: a check starts at the simulated capacity / (1 + WITHIN); give one")
     real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, a.budget_s, save, starts,
                                                   a.check))
     print(f"profile {profile.label} ({profile_path})", flush=True)
