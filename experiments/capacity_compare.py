@@ -43,11 +43,11 @@ def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], 
         runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen and "capacity" in run}
         cut = {cfg: run["cut"] for cfg, run in data["configs"].items() if cfg in chosen and "capacity" not in run}
         sims = {cfg: sim_figures(engine_config(profile, chosen[cfg], cpu), profile, requests, slo_for(cpu),
-                                 runs.get(cfg)) for cfg in [*runs, *cut]}
+                                 data["configs"][cfg]) for cfg in [*runs, *cut]}
         lines += [f"### {name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s "
                   f"({rate_rps(requests):.3f} req/s at x1)", "",
                   *_capacity_table(runs, sims, rate_rps(requests)), "",
-                  *(_cut_line(cfg, replays, sims[cfg].capacity) for cfg, replays in cut.items()),
+                  *(_cut_line(cfg, replays, sims[cfg]) for cfg, replays in cut.items()),
                   *([""] if cut else []),
                   f"ranking by capacity, real: {_rank({k: real_capacity(v) for k, v in runs.items()})}",
                   f"ranking by capacity, sim:  {_rank({k: sims[k].capacity for k in runs})}", "",
@@ -78,16 +78,31 @@ class SimFigures(NamedTuple):
     verdicts: tuple[tuple[float, bool, bool], ...]  # (scale, real verdict, simulated verdict) per real probe
 
 
+MAJORITY = 2  # of the 3 replays a real probe takes at most (sim_capacity.real_plan)
+
+
 def sim_figures(config: EngineConfig, profile: GpuProfile, requests, slo: SloConfig,
-                run: dict[str, Any] | None) -> SimFigures:
+                run: dict[str, Any]) -> SimFigures:
     capacity = sim_capacity(config, profile, requests, slo).values[0]
     band = tuple(sim_capacity(config, profile.scaled(f), requests, slo).values[0] for f in SENSITIVITY)
-    if run is None:  # a cut search: no real verdicts to set beside
-        return SimFigures(capacity, band, float("nan"), ())
+    if "capacity" not in run:  # a cut search: its decided probes from the replays it kept
+        verdicts = tuple((scale, passed, sim_passes(config, profile, requests, slo, scale))
+                         for scale, passed in cut_verdicts(run["cut"], slo).items())
+        return SimFigures(capacity, band, float("nan"), verdicts)
     probes = [p for search in (run, *run.get("earlier", [])) for p in search["probes"]]
     verdicts = tuple((p["scale"], p["passed"], sim_passes(config, profile, requests, slo, p["scale"]))
                      for p in probes)
     return SimFigures(capacity, band, first_failure(config, profile, requests, slo, capacity), verdicts)
+
+
+def cut_verdicts(replays: list[dict], slo: SloConfig) -> dict[float, bool]:
+    """Scale -> the verdict of a cut search's replays there (of one or more calls; scales equal to 3 decimals are
+    one), where it is decided as a real probe decides: `MAJORITY` replays of one verdict, and more of it."""
+    by_scale: dict[float, list[bool]] = {}
+    for r in replays:
+        by_scale.setdefault(round(r["scale"], 3), []).append(r["attainment"] >= slo.attainment)
+    return {scale: sum(ok) >= MAJORITY for scale, ok in sorted(by_scale.items())
+            if max(sum(ok), len(ok) - sum(ok)) >= MAJORITY and 2 * sum(ok) != len(ok)}
 
 
 def _capacity_table(runs: dict[str, Any], sims: dict[str, SimFigures], rate: float) -> list[str]:
@@ -128,10 +143,12 @@ def _point_row(cfg: str, run: dict[str, Any], config: EngineConfig, profile: Gpu
     return f"| {cfg} | x{run['capacity']:.3f} | " + " | ".join(_point_cell(run["point"], sim, m) for m in POINT) + " |"
 
 
-def _cut_line(cfg: str, replays: list[dict], sim: float) -> str:
-    """A config whose real search the call's time limit cut: its replays, and the simulated capacity."""
+def _cut_line(cfg: str, replays: list[dict], sim: SimFigures) -> str:
+    """A config whose real search the call's time limit cut: its replays, the simulated capacity, and the
+    simulator's verdicts at the scales the replays decided."""
     return (f"{cfg}: cut by the call's time limit after {len(replays)} replays ("
-            + "; ".join(f"x{r['scale']:.3f}: {r['attainment']:.2f}" for r in replays) + f"); simulated x{sim:.3f}")
+            + "; ".join(f"x{r['scale']:.3f}: {r['attainment']:.2f}" for r in replays) + f"); simulated "
+            f"x{sim.capacity:.3f}; decided real probes the simulator agrees with: {_agreement(sim.verdicts)}")
 
 
 def step_kinds(profile: GpuProfile, rows: list[list]) -> list[str]:
