@@ -101,7 +101,7 @@ def cut_verdicts(replays: list[dict], slo: SloConfig) -> dict[float, bool]:
     by_scale: dict[float, list[bool]] = {}
     for r in replays:
         by_scale.setdefault(round(r["scale"], 3), []).append(r["attainment"] >= slo.attainment)
-    return {scale: sum(ok) >= MAJORITY for scale, ok in sorted(by_scale.items())
+    return {scale: 2 * sum(ok) > len(ok) for scale, ok in sorted(by_scale.items())
             if max(sum(ok), len(ok) - sum(ok)) >= MAJORITY and 2 * sum(ok) != len(ok)}
 
 

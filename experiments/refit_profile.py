@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dataclasses import replace
 
 from runtime import GpuProfile, refit_profile, save_profile
 from runtime.sim import load_profile
