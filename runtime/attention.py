@@ -64,11 +64,16 @@ class AttentionMetadata:
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float,
-                    meta: AttentionMetadata, kv_caches: list[KVCache]) -> torch.Tensor:
-    """Write this step's K/V into the cache, then attend; q: [T, Hq, D], k/v: [T, Hkv, D] -> [T, Hq, D]."""
-    # Rows past the last tier are pad_multiple padding: zero them; otherwise every row is written below.
-    covered = bool(meta.tiers) and meta.tiers[-1].tokens.stop == q.shape[0]
-    out = torch.empty_like(q) if covered else torch.zeros_like(q)
+                    meta: AttentionMetadata, kv_caches: list[KVCache], out: torch.Tensor | None = None) -> torch.Tensor:
+    """Write this step's K/V into the cache, then attend; q: [T, Hq, D], k/v: [T, Hkv, D] -> [T, Hq, D], written
+    into `out` when given (a CUDA-graph piece's static input)."""
+    # Rows past the last tier are padding (pad_multiple, a graph's bucket): zero them; every other row is
+    # written below.
+    end = meta.tiers[-1].tokens.stop if meta.tiers else 0
+    if out is None:
+        out = torch.empty_like(q) if end == q.shape[0] else torch.zeros_like(q)
+    elif end < q.shape[0]:
+        out[end:].zero_()
     for tb in meta.tiers:
         k_cache, v_cache = kv_caches[tb.tier].k[layer], kv_caches[tb.tier].v[layer]
         write_kv(k[tb.tokens], v[tb.tokens], k_cache, v_cache, tb.slot_mapping, use_triton=meta.use_triton)

@@ -157,9 +157,14 @@ class KernelConfig:
     # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax; None: no clamp
     qk_clip: float | None = field(default=None, metadata={NEUTRAL: None})
     pad_multiple: int = 1  # pad token count and decode batch size up to a multiple of this
-    # capture decode steps; None: on wherever graphs can run (CUDA, Triton attention, one block-size
-    # tier), as vLLM captures unless told `--enforce-eager`
+    # CUDA graphs: decode-only steps of a one-tier engine whole, other steps in pieces (see the next field);
+    # None: wherever they can run (CUDA, Triton attention), as vLLM captures unless told `--enforce-eager`;
+    # false: none (eager)
     cuda_graphs: bool | None = None
+    # steps of up to this many tokens (any mix of prefill and decode, any tiers) replay piecewise graphs: the
+    # model captured between attentions, which run eagerly (runtime/piecewise.py); 0: none. Decode-only steps
+    # of a one-tier engine replay full graphs instead. vLLM's name and default.
+    max_cudagraph_capture_size: int = 512
     # top-k rows: select the k in fp16, softmax in fp32 over them, batched
     sampler_half_topk: bool = field(default=False, metadata={NEUTRAL: False})
 
@@ -170,6 +175,8 @@ class KernelConfig:
         _check(self.split_kv_min_len >= 1, "kernel.split_kv_min_len", f"must be >= 1, got {self.split_kv_min_len}")
         _check(self.qk_clip is None or self.qk_clip > 0, "kernel.qk_clip", f"must be > 0 or null, got {self.qk_clip}")
         _check(self.pad_multiple >= 1, "kernel.pad_multiple", f"must be >= 1, got {self.pad_multiple}")
+        _check(0 <= self.max_cudagraph_capture_size <= 8192, "kernel.max_cudagraph_capture_size",
+               f"must be in [0, 8192], got {self.max_cudagraph_capture_size}")
 
 
 @dataclass(frozen=True)
@@ -239,7 +246,7 @@ class EngineConfig:
         """Dotted fields that cannot change anything on a `device_type` ("cuda", "cpu") engine."""
         inert = set()
         if device_type != "cuda":
-            inert.add("kernel.cuda_graphs")
+            inert |= {"kernel.cuda_graphs", "kernel.max_cudagraph_capture_size"}
         torch_attention = self.kernel.attention_backend == "torch" or (
             self.kernel.attention_backend == "auto" and device_type != "cuda")
         if torch_attention:  # the Triton kernels' thresholds

@@ -115,6 +115,11 @@ class LLMEngine:
         self._seq_ids = itertools.count()
         self._seeds = itertools.count(self.config.seed * 1_000_003)
 
+    @property
+    def runner_on_gpu(self) -> bool:
+        """Whether the steps run a model on a CUDA device (where a warm-up compiles kernels: `runtime.warmup`)."""
+        return self.placement is not None and self.placement.device.type == "cuda"
+
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._pending)
 

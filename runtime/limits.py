@@ -17,7 +17,8 @@ from runtime.model.info import ModelInfo
 if TYPE_CHECKING:
     from runtime.scheduler import ScheduledSeq
 
-__all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "decode_graphs_on", "engine_limits", "graph_buckets"]
+__all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "decode_graphs_on", "engine_limits", "graph_buckets",
+           "piecewise_buckets", "piecewise_graphs_on"]
 
 MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
 
@@ -84,3 +85,18 @@ def graph_buckets(max_batch: int) -> list[int]:
     top = min(max_batch, MAX_CAPTURED_BATCH)
     sizes = [b for b in (1, 2, 4) if b < top] + list(range(8, top + 8, 8))
     return [b for b in sizes if b < top + 8]
+
+
+def piecewise_graphs_on(kernel: KernelConfig, cuda_triton: bool) -> bool:
+    """Whether an engine captures piecewise graphs (every step up to `kernel.max_cudagraph_capture_size`
+    tokens, any tiers): wherever graphs can run (`cuda_triton`) unless `kernel.cuda_graphs` is false or the
+    size is 0."""
+    return cuda_triton and kernel.cuda_graphs is not False and kernel.max_cudagraph_capture_size > 0
+
+
+def piecewise_buckets(max_tokens: int) -> list[int]:
+    """Padded token counts of the piecewise graphs: 8 to 32 by 8, to 128 by 16, to 256 by 32, then by 64
+    up to `max_tokens` (rounded up to a bucket). At these sizes a step's GEMMs are bound by reading the
+    weights, so a padded row costs little; the steps in between replay the next bucket up."""
+    ladder = [8, 16, 24, 32, *range(48, 129, 16), *range(160, 257, 32), *range(320, max(max_tokens, 8) + 64, 64)]
+    return [b for b in ladder if b - max_tokens < (8 if b <= 32 else 16 if b <= 128 else 32 if b <= 256 else 64)]

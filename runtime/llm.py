@@ -15,6 +15,7 @@ from runtime.engine import LLMEngine
 from runtime.model.tokenizer import Message, Tokenizer, encode_chat, encode_prompt, load_tokenizer, require_tokenizer
 from runtime.outputs import RequestOutput
 from runtime.sampling_params import RequestOutputKind, SamplingParams
+from runtime.warmup import warm_up
 
 Params = SamplingParams | Sequence[SamplingParams] | None
 
@@ -24,6 +25,8 @@ class LLM:
         self.config = engine_knobs.pop("config", None) or EngineConfig.from_flat(model, **engine_knobs)
         self.tokenizer: Tokenizer | None = load_tokenizer(self.config.model.name)  # None: presets
         self.engine = LLMEngine(self.config, tokenizer=self.tokenizer)
+        if self.engine.runner_on_gpu:
+            warm_up(self.engine)  # the first batch compiles nothing
         self._calls = itertools.count()  # request ids stay unique across generate() calls
 
     @classmethod

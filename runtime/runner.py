@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable
 from itertools import groupby
 
@@ -13,8 +14,9 @@ from runtime.config import ConfigError, KernelConfig
 from runtime.cuda_graphs import DecodeGraphs
 from runtime.inputs import build_inputs
 from runtime.kv.manager import BlockCopy, KVCacheManager
-from runtime.limits import decode_graphs_on
+from runtime.limits import decode_graphs_on, piecewise_graphs_on
 from runtime.model.llama import LlamaForCausalLM
+from runtime.piecewise import PiecewiseGraphs
 from runtime.scheduler import SchedulerOutput
 
 
@@ -60,8 +62,12 @@ class ModelRunner:
         self.caches = allocate_caches(model.layout, sizes, [t.num_blocks for t in kv.tiers], kv_dtype, device)
         self.cpu_caches = allocate_caches(model.layout, sizes, num_cpu_blocks, kv_dtype, torch.device("cpu"),
                                           swap=True)
-        graphs = decode_graphs_on(kernel, len(kv.tiers), device.type == "cuda" and self.use_triton)
+        cuda_triton = device.type == "cuda" and self.use_triton
+        graphs = decode_graphs_on(kernel, len(kv.tiers), cuda_triton)
         self.graphs = self._decode_graphs(max_num_seqs) if graphs else None
+        self.piecewise = PiecewiseGraphs(model, kernel.max_cudagraph_capture_size, device) \
+            if piecewise_graphs_on(kernel, cuda_triton) else None
+        self.paths: Counter[str] = Counter()  # steps run so far by path: "full graph", "piecewise", "eager"
 
     def _decode_graphs(self, max_num_seqs: int) -> DecodeGraphs:
         if self.device.type != "cuda" or not self.use_triton:
@@ -79,7 +85,13 @@ class ModelRunner:
         if not out.scheduled:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         if self.graphs is not None and self.graphs.can_run(out.scheduled):
+            self.paths["full graph"] += 1
             return self.model.compute_logits(self.graphs.run(out.scheduled))  # every decode row samples
         inputs = build_inputs(out.scheduled, self.kv, self.kernel, self.use_triton, self.device)
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.caches)  # [T, H]
+        if self.piecewise is not None and self.piecewise.bucket(inputs.input_ids.shape[0]) is not None:
+            self.paths["piecewise"] += 1
+            hidden = self.piecewise.run(inputs.input_ids, inputs.positions, inputs.meta, self.caches)  # [bucket, H]
+        else:
+            self.paths["eager"] += 1
+            hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.caches)  # [T, H]
         return self.model.compute_logits(hidden[inputs.sample_rows])  # [N, V]

@@ -8,6 +8,8 @@ The math of each block mirrors `transformers`' so greedy output is identical in 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -17,6 +19,12 @@ from runtime.attention import AttentionMetadata, KVCache, paged_attention
 from runtime.model.rope import RotaryEmbedding
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+class QKV(NamedTuple):
+    q: torch.Tensor  # [T, Hq, D], rotated
+    k: torch.Tensor  # [T, Hkv, D], rotated
+    v: torch.Tensor  # [T, Hkv, D]
 
 
 class RMSNorm(nn.Module):
@@ -48,15 +56,23 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, sum(self.split), bias=qkv_bias)
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=out_bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
-                kv_caches: list[KVCache]) -> torch.Tensor:
+    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], use_triton: bool) -> QKV:
+        """q, k (rotated) and v of x [T, H]: what the attention itself reads."""
         t = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.split, dim=-1)  # [T, Hq*D], [T, Hkv*D], [T, Hkv*D]
-        q = apply_rotary(q.view(t, self.num_heads, self.head_dim), *rope, use_triton=meta.use_triton)
-        k = apply_rotary(k.view(t, self.num_kv_heads, self.head_dim), *rope, use_triton=meta.use_triton)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
-        out = paged_attention(q, k, v, self.layer_idx, self.scale, meta, kv_caches)  # [T, Hq, D]
-        return self.o_proj(out.reshape(t, -1))
+        q = apply_rotary(q.view(t, self.num_heads, self.head_dim), *rope, use_triton=use_triton)
+        k = apply_rotary(k.view(t, self.num_kv_heads, self.head_dim), *rope, use_triton=use_triton)
+        return QKV(q, k, v.view(t, self.num_kv_heads, self.head_dim))
+
+    def attend(self, qkv: QKV, meta: AttentionMetadata, kv_caches: list[KVCache],
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """The paged attention of this layer (K/V written, then attended): [T, Hq, D], into `out` if given."""
+        return paged_attention(*qkv, self.layer_idx, self.scale, meta, kv_caches, out=out)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
+                kv_caches: list[KVCache]) -> torch.Tensor:
+        out = self.attend(self.project(x, rope, meta.use_triton), meta, kv_caches)  # [T, Hq, D]
+        return self.o_proj(out.reshape(x.shape[0], -1))
 
 
 class MLP(nn.Module):
@@ -88,8 +104,19 @@ class DecoderLayer(nn.Module):
         """
         x, residual = self.input_layernorm(h, residual, meta.use_triton)
         h = self.self_attn(x, rope, meta, kv_caches)
-        x, residual = self.post_attention_layernorm(h, residual, meta.use_triton)
-        return self.mlp(x, meta.use_triton), residual
+        return self.after_attention(h, residual, meta.use_triton)
+
+    def before_attention(self, h: torch.Tensor, residual: torch.Tensor | None, rope,
+                         use_triton: bool) -> tuple[QKV, torch.Tensor]:
+        """The layer up to its attention (a CUDA-graph piece): (q, k, v) and the residual stream."""
+        x, residual = self.input_layernorm(h, residual, use_triton)
+        return self.self_attn.project(x, rope, use_triton), residual
+
+    def after_attention(self, h: torch.Tensor, residual: torch.Tensor,
+                        use_triton: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer after its attention's output projection: the MLP's output and the residual before it."""
+        x, residual = self.post_attention_layernorm(h, residual, use_triton)
+        return self.mlp(x, use_triton), residual
 
 
 class Backbone(nn.Module):

@@ -165,10 +165,14 @@ class EngineProcess:
 def _child_main(config: EngineConfig, commands: Connection, outputs: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides
     from runtime.engine import LLMEngine
+    from runtime.warmup import warm_up
 
     try:
         _leave_a_core(config)
-        core = EngineCore(LLMEngine(config))
+        engine = LLMEngine(config)
+        if engine.runner_on_gpu:
+            warm_up(engine)  # before the server reports ready: the first requests compile nothing
+        core = EngineCore(engine)
     except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included
         outputs.send(_StartupFailed(str(e), config_error=True))
         return

@@ -1,0 +1,131 @@
+"""pagetune's runtime against vLLM on the same GPU, in the same call: each engine in a process of its own,
+one after the other (each alone on the GPU), on the same prompts.
+
+Per engine and model: engine start (construction to ready, warm-up and graph capture included), then per
+workload
+    first   the workload's requests, all submitted at once, on the fresh engine
+    warm    the same lengths with other token ids (a prefix cache cannot hit), best of two runs
+    open    an open-loop replay at a fixed arrival rate (Poisson, seeded): TTFT and TPOT p50 / p99
+Output tokens/s is the figure; every request generates exactly its output length (greedy, EOS ignored).
+For pagetune it also reports graph coverage (the share of steps, and of their GPU time, that replayed a
+graph: full decode graphs or piecewise ones) and the GPU's idle share between steps (CUDA events around
+each step's forward: the time from one step's last launched kernel to the next step's first, over the run).
+
+Workloads (random bf16 weights, `load_format="dummy"` for vLLM):
+    uniform     Llama-3-8B shape, 256 requests, prompt 512, output 256 (ANCHORS.md)
+    mixed       Llama-3-8B shape, 256 requests, prompt U[64, 2048), output U[32, 512) (ANCHORS.md)
+    azure-code  Qwen2-7B shape, 192 requests with (prompt, output) lengths drawn from the Azure LLM code
+                trace (azure_llm_2023_code.csv: ../shared/traces, or --trace), prompt + output <= 8192
+
+    python experiments/bench_vs_vllm.py --model llama-3-8b --workloads uniform,mixed --out DIR
+    python experiments/bench_vs_vllm.py --model qwen2-7b --workloads azure-code --trace .traces/azure.csv --out DIR
+
+The parent imports neither engine; `--child ENGINE` is one engine's process, writing DIR/ENGINE-MODEL.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+MAX_LEN = 8192
+OPEN = {"uniform": (200, 16.0), "mixed": (200, 8.0), "azure-code": (160, 6.0)}  # requests, arrival rate req/s
+
+
+class Workload(NamedTuple):
+    name: str
+    prompt_lens: list[int]
+    output_lens: list[int]
+
+
+def workload(name: str, trace: Path | None, seed: int = 0) -> Workload:
+    rng = np.random.default_rng(seed)
+    if name == "uniform":
+        return Workload(name, [512] * 256, [256] * 256)
+    if name == "mixed":
+        return Workload(name, rng.integers(64, 2048, 256).tolist(), rng.integers(32, 512, 256).tolist())
+    if name == "azure-code":
+        pairs = azure_lengths(trace)
+        pick = rng.choice(len(pairs), 192, replace=False)
+        return Workload(name, [pairs[i][0] for i in pick], [pairs[i][1] for i in pick])
+    raise SystemExit(f"unknown workload {name!r}: uniform, mixed or azure-code")
+
+
+def azure_lengths(trace: Path | None) -> list[tuple[int, int]]:
+    path = trace or HERE.parent.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
+    with open(path, newline="") as f:
+        rows = [(int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in csv.DictReader(f)]
+    return [(p, o) for p, o in rows if p >= 1 and o >= 1 and p + o <= MAX_LEN]
+
+
+def prompts(lens: list[int], vocab: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(10, vocab - 10, n).tolist() for n in lens]
+
+
+def arrivals(n: int, rate: float, seed: int) -> list[float]:
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
+    return (np.cumsum(gaps) - gaps[0]).tolist()
+
+
+def latency_figures(ttft: list[float], tpot: list[float]) -> dict[str, float]:
+    return {"ttft_p50_s": float(np.percentile(ttft, 50)), "ttft_p99_s": float(np.percentile(ttft, 99)),
+            "tpot_p50_s": float(np.percentile(tpot, 50)), "tpot_p99_s": float(np.percentile(tpot, 99))}
+
+
+# ---- the parent ------------------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="llama-3-8b")
+    ap.add_argument("--workloads", default="uniform,mixed")
+    ap.add_argument("--engines", default="pagetune,vllm")
+    ap.add_argument("--trace", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=Path("bench-vs-vllm"))
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--knobs", default="{}", help="pagetune engine knobs as JSON (e.g. '{\"cuda_graphs\": false}')")
+    ap.add_argument("--tag", default="", help="a suffix for this run's result file (variants of one engine)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.child:
+        from bench_vs_vllm_engines import run_child  # imports the engine only in its own process
+
+        run_child(args)
+        return
+    for engine in args.engines.split(","):
+        cmd = [sys.executable, __file__, "--child", engine, *sys.argv[1:]]
+        print(f"== {engine} on {args.model}: {args.workloads}", flush=True)
+        code = subprocess.call(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if code:
+            print(f"!! {engine} exited with code {code}", flush=True)
+    print(table(args.out))
+
+
+def table(out: Path) -> str:
+    rows = ["| engine | model | workload | start s | first tok/s | warm tok/s | first/warm | open rate req/s | "
+            "TTFT p50/p99 s | TPOT p50/p99 ms | graph steps | graph GPU time | GPU idle |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(out.glob("*.json")):
+        r = json.loads(path.read_text())
+        for w in r["workloads"]:
+            o, g = w.get("open", {}), w.get("graphs", {})
+            rows.append(
+                f"| {r['engine']} | {r['model']} | {w['name']} | {r['start_s']:.0f} | {w['first_tok_s']:,.0f} | "
+                f"{w['warm_tok_s']:,.0f} | {w['first_tok_s'] / w['warm_tok_s']:.2f} | {o.get('rate', 0):g} | "
+                f"{o.get('ttft_p50_s', float('nan')):.3f} / {o.get('ttft_p99_s', float('nan')):.3f} | "
+                f"{1e3 * o.get('tpot_p50_s', float('nan')):.1f} / {1e3 * o.get('tpot_p99_s', float('nan')):.1f} | "
+                f"{g.get('step_share', float('nan')):.0%} | {g.get('time_share', float('nan')):.0%} | "
+                f"{g.get('idle_share', float('nan')):.1%} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    main()

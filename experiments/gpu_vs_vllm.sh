@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# pagetune against vLLM on the H200, in one device call (issue 28). Before the first call on a fresh machine,
+# the vLLM wheel travels in five parts (../shared/gpu/vllm-wheelhouse.sh .vllm; carry .vllm/pK and copy
+# .vllm/pK/partK to /tmp in five back-to-back calls). Then, carrying .vllm/deps .whlmini .traces:
+#
+#   bash experiments/gpu_vs_vllm.sh llama-3-8b uniform,mixed
+#   bash experiments/gpu_vs_vllm.sh qwen2-7b azure-code
+#
+# .whlmini holds the tuner's imports the image lacks for the replay (hydra-core, omegaconf, antlr4);
+# .traces/azure_llm_2023_code.csv the Azure code trace (../shared/traces does not travel).
+set -uo pipefail
+model=${1:?model}; workloads=${2:?workloads}; shift 2
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+if [ ! -d /tmp/vsite/vllm ]; then
+  cat /tmp/part0 /tmp/part1 /tmp/part2 /tmp/part3 /tmp/part4 > /tmp/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite \
+    /tmp/vllm-0.26.0-*.whl .vllm/deps/*.whl .whlmini/*.whl 2>&1 | tail -3
+fi
+export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
+python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+cd experiments && python3 bench_vs_vllm.py --model "$model" --workloads "$workloads" --trace ../.traces/azure_llm_2023_code.csv \
+  --out "$out/bench" "$@" 2>&1 | grep -v -E "^\s*$|it/s\]|Capturing|Processed prompts" | tee "$out/bench.log" | tail -60

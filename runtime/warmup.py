@@ -1,0 +1,47 @@
+"""A cold start that does not show: synthetic requests through a new engine before it reports ready, so
+the first real batch compiles no Triton kernel.
+
+The kernels specialise on what a step's composition decides: the prefill tuning (long chunks of one
+sequence, or many short ones), one sequence or several (Triton specialises an integer argument equal to
+1), split-KV decode above `split_kv_min_len` or not, one tier or several. Three rounds cover them:
+
+    round 1   prompts of 3, 17, 100, 600 tokens and one past split_kv_min_len together: a mixed step of
+              several short chunks, then decodes with and without split-KV
+    round 2   the long prompt alone: one long chunk of one sequence
+    round 3   a short prompt alone: a short chunk of one sequence, then single decodes
+
+Each request generates 3 tokens, EOS ignored; the engine is reset afterwards (empty pool and prefix cache,
+fresh totals), so nothing of the warm-up is visible to what runs next. A few seconds once the kernels are in
+Triton's disk cache.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime.sampling_params import RequestOutputKind, SamplingParams
+
+if TYPE_CHECKING:
+    from runtime.engine import LLMEngine
+
+_SHORT = (3, 17, 100, 600)
+
+
+def warm_up(engine: LLMEngine) -> None:
+    """Run the warm-up rounds on `engine` (no requests of its own may be in flight), then reset it."""
+    assert not engine.has_unfinished_requests(), "warm up a new engine, before any request"
+    longest = engine.max_model_len - 3
+    long_len = min(longest, engine.config.kernel.split_kv_min_len + 100)
+    short = [min(n, longest) for n in _SHORT]
+    for round_lengths in ([*short, long_len], [long_len], [short[1]]):
+        _run(engine, round_lengths)
+    engine.reset()
+
+
+def _run(engine: LLMEngine, lengths: list[int]) -> None:
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)
+    vocab = engine.vocab_size
+    for i, n in enumerate(lengths):
+        engine.add_request(f"warm-up-{i}", [(7 + 31 * (i + j)) % vocab for j in range(n)], params)
+    while engine.has_unfinished_requests():
+        engine.step()
