@@ -147,15 +147,16 @@ class LLMEngine:
         """Why `add_request` would reject this request (it can never fit), or None: `RequestLimits.reject_reason`."""
         return self.limits.reject_reason(prompt, params)
 
-    def abort(self, request_id: str, index: int | None = None) -> None:
-        """Stop a request, or only its sample `index` (the server's stop string in one of n samples): the
-        blocks are freed now; the request's output says "abort" at the next step once nothing of it runs."""
+    def abort(self, request_id: str, index: int | None = None, reason: str = "abort") -> None:
+        """Stop a request, or only its sample `index`, with finish reason `reason` (the server says "stop" when
+        a stop string ended a sample's text): the blocks are freed now; the request's output comes at the next
+        step once none of its samples runs."""
         req = self.requests.get(request_id)
         if req is None:
             return
         for seq in req.seqs:
             if seq.status is not SeqStatus.FINISHED and index in (None, seq.index):
-                seq.finish_reason = "abort"
+                seq.finish_reason = reason
                 self._retire(seq)
         if not req.finished:
             return
