@@ -91,6 +91,7 @@ class LLMEngine:
         self.runner = backend.make_runner(self.kv)
         self.sampler = backend.sampler
         self.requests: dict[str, Request] = {}
+        self._logprob_requests: set[str] = set()  # live requests whose params ask for logprobs
         self.last_step: StepStats | None = None  # the latest step's stats; no history is kept
         self.totals = StepTotals()
         self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()
@@ -108,6 +109,7 @@ class LLMEngine:
             self.abort(request_id)
         self._pending = []
         self._detokenizers.clear()
+        self._logprob_requests.clear()
         self.kv.reset()
         if self.logprobs is not None:
             self.logprobs = {}
@@ -141,6 +143,8 @@ class LLMEngine:
         seq = Sequence(next(self._seq_ids), req, 0, list(req.prompt_token_ids), tier, seed)
         req.seqs.append(seq)
         self.requests[request_id] = req
+        if params.logprobs is not None:
+            self._logprob_requests.add(request_id)
         self.scheduler.add(seq)
 
     def reject_reason(self, prompt: Seq[int], params: SamplingParams) -> str | None:
@@ -161,6 +165,7 @@ class LLMEngine:
         if not req.finished:
             return
         del self.requests[request_id]
+        self._logprob_requests.discard(request_id)
         req.metrics.finished_time = self.clock()
         self._pending.append(self._output(req))
 
@@ -191,7 +196,7 @@ class LLMEngine:
         if self.logprobs is not None:
             for group, row in zip(groups, logits.log_softmax(-1).cpu()):
                 self.logprobs.setdefault(group[0].request.request_id, []).append(row)
-        if any(group[0].request.params.logprobs is not None for group in groups):
+        if self._logprob_requests:  # only a step with such a request computes logprobs
             sampled, logprobs = self.sampler.sample_with_logprobs(logits, rows)
             self._keep_logprobs(groups, logprobs)
         else:
@@ -248,6 +253,7 @@ class LLMEngine:
             return False
         req.metrics.finished_time = now
         self.requests.pop(req.request_id, None)
+        self._logprob_requests.discard(req.request_id)
         return True
 
     def _retire(self, seq: Sequence) -> None:
