@@ -10,7 +10,8 @@ does with new clients.
 
 Text without a tokenizer (the random-weight presets, e.g. `tiny`): prompts must be token ids, chat is
 a 400, and a choice's `text` is the generated token ids in decimal separated by single spaces
-("17 4 99"); streamed deltas continue that string (" 4"), so the deltas concatenate to it.
+("17 4 99"); streamed deltas continue that string (" 4"), so the deltas concatenate to it. There stop
+strings are a 400 (`stop_token_ids` work, and the stop id stays in the text), and logprobs name tokens so.
 A stream's chunks carry one `created` (the stream's start), as OpenAI's do.
 """
 
