@@ -103,7 +103,8 @@ class EngineCore:
 
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
-        self._sent: dict[str, list[int]] = {}  # request id -> per sample, tokens sent in its Deltas (-1: its end)
+        self._sent: dict[str, int] = {}  # request id (n = 1) -> tokens already sent in its Deltas
+        self._sent_samples: dict[str, list[int]] = {}  # request id (n > 1) -> per sample, the same (-1: its end)
 
     @property
     def busy(self) -> bool:
@@ -126,14 +127,30 @@ class EngineCore:
         reported = self.engine.step()
         engine = self.engine
         out = StepOutputs([], [], [], [], [], [], [], engine.last_step, engine.totals.preempted, self.busy)
+        ids, tokens, reasons, indices, logprobs, done = out[:6]
         for request in reported:
-            self._report(request, out)
+            if len(request.outputs) > 1:  # n > 1, forked (an n > 1 request reports its n samples from its first)
+                self._report_samples(request, out)
+                continue
+            # n = 1 inline: this loop runs per request per step on the engine process's critical path
+            rid, c, finished = request.request_id, request.outputs[0], request.finished
+            sent = self._sent.pop(rid, 0) if finished else self._sent.get(rid, 0)
+            ids.append(rid)
+            tokens.append(c.token_ids[sent:])
+            reasons.append(c.finish_reason)
+            indices.append(0)
+            logprobs.append(None if c.logprobs is None else c.logprobs[sent:])
+            done.append(finished)
+            if not finished:
+                self._sent[rid] = len(c.token_ids)
+            elif c.finish_reason != "abort":
+                out.finished.append(Timing.of(request))
         return out
 
-    def _report(self, request: RequestOutput, out: StepOutputs) -> None:
+    def _report_samples(self, request: RequestOutput, out: StepOutputs) -> None:
         """Append an entry per sample with new tokens or a new end; the request's last one says `done`."""
         rid, first = request.request_id, len(out.request_ids)
-        sent = self._sent.pop(rid, [])
+        sent = self._sent_samples.pop(rid, [])
         sent += [0] * (len(request.outputs) - len(sent))  # n > 1: the samples forked after the first report
         for c in request.outputs:
             k = sent[c.index]
@@ -147,7 +164,7 @@ class EngineCore:
             out.done.append(False)
             sent[c.index] = -1 if c.finish_reason is not None else len(c.token_ids)
         if not request.finished:
-            self._sent[rid] = sent
+            self._sent_samples[rid] = sent
             return
         if len(out.request_ids) == first:  # every sample's end went already: the request's end still must
             for lst, value in zip(out[:6], (rid, [], request.outputs[0].finish_reason, 0, None, False)):

@@ -7,6 +7,7 @@ import openai
 import pytest
 
 from runtime import LLMEngine, SamplingParams
+from runtime.model.tokenizer import encode_chat
 from tests.runtime.serve.server_factories import running_server, server_config, wait_idle
 from tests.runtime.test_text import FRANCE, ONCE, ONCE_TEXT
 
@@ -119,8 +120,6 @@ def recorded(smollm2_llm):
     """The greedy answer to FRANCE on the offline engine's weights, with the log_softmax of the model's logits at
     each output token (the engine records them: `record_logprobs`)."""
     engine = LLMEngine(smollm2_llm.config, model=smollm2_llm.engine.model, record_logprobs=True)
-    from runtime.model.tokenizer import encode_chat
-
     engine.add_request("r", encode_chat(smollm2_llm.tokenizer, FRANCE), SamplingParams(max_tokens=24, temperature=0.0))
     while engine.has_unfinished_requests():
         outs = engine.step()
