@@ -124,7 +124,7 @@ class Sampler:
         logprobs: list[list[TokenLogprob | None]] = [[None] * len(seqs) for seqs in rows]
         values, ids = packed[n + a : n + a + a * k], packed[n + a + a * k :]
         for r, (i, j, params) in enumerate(asks):
-            own = slice(r * k, r * k + params.logprobs)
+            own = slice(r * k, r * k + min(params.logprobs, k))
             logprobs[i][j] = TokenLogprob(out[i][j], packed[n + r], tuple(map(int, ids[own])), tuple(values[own]))
         return Sampled(out, logprobs)
 
