@@ -26,7 +26,7 @@ from runtime.backend import Backend, model_backend
 from runtime.config import EngineConfig
 from runtime.kv.integrity import check_integrity
 from runtime.kv.manager import KVCacheManager
-from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprob
 from runtime.sampling_params import RequestOutputKind, SamplingParams
 from runtime.scheduler import Scheduler, SchedulerOutput
 from runtime.sequence import Request, SeqStatus, Sequence
@@ -91,6 +91,7 @@ class LLMEngine:
         self.runner = backend.make_runner(self.kv)
         self.sampler = backend.sampler
         self.requests: dict[str, Request] = {}
+        self._logprob_requests: set[str] = set()  # live requests whose params ask for logprobs
         self.last_step: StepStats | None = None  # the latest step's stats; no history is kept
         self.totals = StepTotals()
         self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()
@@ -108,6 +109,7 @@ class LLMEngine:
             self.abort(request_id)
         self._pending = []
         self._detokenizers.clear()
+        self._logprob_requests.clear()
         self.kv.reset()
         if self.logprobs is not None:
             self.logprobs = {}
@@ -131,6 +133,8 @@ class LLMEngine:
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         params = params or SamplingParams()
+        if params.stop and self.tokenizer is None:
+            raise ValueError(f"stop strings {params.stop!r} need the model's tokenizer, and this engine has none")
         arrival = self.clock() if arrival_time is None else arrival_time
         req = Request(request_id, list(prompt_token_ids), params, arrival, priority, RequestMetrics(arrival))
         req.rejected_reason = self.reject_reason(prompt_token_ids, params)
@@ -144,20 +148,29 @@ class LLMEngine:
         seq = Sequence(next(self._seq_ids), req, 0, list(req.prompt_token_ids), tier, seed)
         req.seqs.append(seq)
         self.requests[request_id] = req
+        if params.logprobs is not None:
+            self._logprob_requests.add(request_id)
         self.scheduler.add(seq)
 
     def reject_reason(self, prompt: Seq[int], params: SamplingParams) -> str | None:
         """Why `add_request` would reject this request (it can never fit), or None: `RequestLimits.reject_reason`."""
         return self.limits.reject_reason(prompt, params)
 
-    def abort(self, request_id: str) -> None:
-        req = self.requests.pop(request_id, None)
+    def abort(self, request_id: str, index: int | None = None, reason: str = "abort") -> None:
+        """Stop a request, or only its sample `index`, with finish reason `reason` (the server says "stop" when
+        a stop string ended a sample's text): the blocks are freed now; the request's output comes at the next
+        step once none of its samples runs."""
+        req = self.requests.get(request_id)
         if req is None:
             return
         for seq in req.seqs:
-            if seq.status is not SeqStatus.FINISHED:
-                seq.finish_reason = "abort"
+            if seq.status is not SeqStatus.FINISHED and index in (None, seq.index):
+                seq.finish_reason = reason
                 self._retire(seq)
+        if not req.finished:
+            return
+        del self.requests[request_id]
+        self._logprob_requests.discard(request_id)
         req.metrics.finished_time = self.clock()
         self._pending.append(self._output(req))
 
@@ -188,7 +201,11 @@ class LLMEngine:
         if self.logprobs is not None:
             for group, row in zip(groups, logits.log_softmax(-1).cpu()):
                 self.logprobs.setdefault(group[0].request.request_id, []).append(row)
-        sampled = self.sampler.sample(logits, rows)  # host lists: the step's device work is done
+        if self._logprob_requests:  # only a step with such a request computes logprobs
+            sampled, logprobs = self.sampler.sample_with_logprobs(logits, rows)
+            self._keep_logprobs(groups, logprobs)
+        else:
+            sampled = self.sampler.sample(logits, rows)  # host lists: the step's device work is done
         now = self.clock()
         reported: dict[str, Request] = {}  # requests this step reports: finished ones, and every CUMULATIVE one
         for group, tokens in zip(groups, sampled):
@@ -197,6 +214,13 @@ class LLMEngine:
                 if self._append(seq, token, now) or req.params.output_kind is RequestOutputKind.CUMULATIVE:
                     reported[req.request_id] = req
         return [self._output(req) for req in reported.values()]
+
+    @staticmethod
+    def _keep_logprobs(groups: list[list[Sequence]], logprobs: list[list[TokenLogprob | None]]) -> None:
+        for group, row in zip(groups, logprobs):
+            for seq, lp in zip(group, row):
+                if lp is not None:
+                    seq.logprobs.append(lp)
 
     @staticmethod
     def _needs_fork(seq: Sequence) -> bool:
@@ -216,15 +240,16 @@ class LLMEngine:
 
     def _append(self, seq: Sequence, token: int, now: float) -> bool:
         """Add a sampled token to `seq`, retiring it at a stop; True when that finished its request."""
-        req = seq.request
+        req, params = seq.request, seq.request.params
         seq.token_ids.append(token)
         if seq.index == 0:
             req.metrics.token_times.append(now)
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
-        if token in self.eos_ids and not req.params.ignore_eos:
+        stop_token = (token in self.eos_ids and not params.ignore_eos) or token in params.stop_token_ids
+        if stop_token or (params.stop and self._hits_stop_string(seq)):  # stop strings: only where params have them
             seq.finish_reason = "stop"
-        elif seq.num_output_tokens >= req.params.max_tokens or seq.num_tokens >= self.max_model_len:
+        elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
             seq.finish_reason = "length"
         if seq.finish_reason is None:
             return False
@@ -233,6 +258,7 @@ class LLMEngine:
             return False
         req.metrics.finished_time = now
         self.requests.pop(req.request_id, None)
+        self._logprob_requests.discard(req.request_id)
         return True
 
     def _retire(self, seq: Sequence) -> None:
@@ -243,7 +269,8 @@ class LLMEngine:
         if req.rejected_reason is not None:
             outs = [CompletionOutput(0, [], "rejected")]
         else:
-            outs = [CompletionOutput(s.index, s.output_token_ids, s.finish_reason, self._text(s))
+            outs = [CompletionOutput(s.index, s.output_token_ids, s.finish_reason, self._text(s),
+                                     list(s.logprobs) if s.logprobs else None)
                     for s in sorted(req.seqs, key=lambda s: s.index)]
         if req.finished:
             for seq in req.seqs:
@@ -256,15 +283,30 @@ class LLMEngine:
         params = seq.request.params
         if self.tokenizer is None or not params.detokenize:
             return None
+        detok = self._detokenizer(seq)
+        new = seq.token_ids[seq.num_prompt_tokens + len(detok.token_ids) :]
+        if seq.finish_reason == "stop" and detok.stopped is None and not params.include_stop_str_in_output:
+            new = new[:-1]  # a stop token (EOS, stop_token_ids) is in the ids, not in the text (as in vLLM)
+        detok.add(new)
+        if seq.finish_reason is not None:
+            detok.finish()
+        return detok.text
+
+    def _hits_stop_string(self, seq: Sequence) -> bool:
+        """Decode `seq`'s new tokens now (each step, only for requests with stop strings): does its text stop?"""
+        detok = self._detokenizer(seq)
+        detok.add(seq.token_ids[seq.num_prompt_tokens + len(detok.token_ids) :])
+        return detok.stopped is not None
+
+    def _detokenizer(self, seq: Sequence) -> IncrementalDetokenizer:
         detok = self._detokenizers.get(seq.seq_id)
         if detok is None:
             from runtime.detokenizer import IncrementalDetokenizer  # transformers: only with a tokenizer
 
-            detok = self._detokenizers[seq.seq_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-        detok.add(seq.token_ids[seq.num_prompt_tokens + len(detok.token_ids) :])
-        if seq.finish_reason is not None:
-            detok.finish()
-        return detok.text
+            params = seq.request.params
+            detok = self._detokenizers[seq.seq_id] = IncrementalDetokenizer(
+                self.tokenizer, params.skip_special_tokens, params.stop, params.include_stop_str_in_output)
+        return detok
 
     # ---- accounting ----------------------------------------------------------------------------
     def live_sequences(self) -> list[Sequence]:

@@ -8,6 +8,10 @@ logits of those k survivors, and each sequence draws from its k probabilities on
 own CPU generator. For a bf16 model the selection is exact for logits of magnitude between about
 6e-5 and 65504 (fp16 holds those bf16 values exactly); for fp32 logits two candidates closer than
 fp16's resolution may swap at the k-th place.
+
+`sample_with_logprobs` also gives, for each sequence whose params ask (`SamplingParams.logprobs`), the
+sampled token's log-probability and the top-k under the raw logits (vLLM's default): computed on the
+device beside the greedy argmax and brought to the host with it in one transfer. `sample` computes none.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import NamedTuple
 
 import torch
 
+from runtime.outputs import TokenLogprob
 from runtime.sampling_params import SamplingParams
 
 HALF_MAX = 65504.0  # largest finite fp16: logits are clamped to it before the cast
@@ -63,6 +68,11 @@ def topk_survivors(logits: torch.Tensor, params: list[SamplingParams]) -> Surviv
     return Survivors(probs / probs.sum(-1, keepdim=True), ids)
 
 
+class Sampled(NamedTuple):
+    tokens: list[list[int]]  # one per listed sequence, in the nesting of `rows`
+    logprobs: list[list[TokenLogprob | None]]  # the same nesting; None where the params do not ask
+
+
 class Sampler:
     def __init__(self, half_topk: bool = False) -> None:
         self.half_topk = half_topk
@@ -86,13 +96,47 @@ class Sampler:
         Returns one token per listed sequence, in the same nesting.
         """
         greedy = logits.argmax(dim=-1).tolist()  # [N]
-        out: list[list[int]] = [[0] * len(seqs) for seqs in rows]
+        out = [[greedy[i]] * len(seqs) for i, seqs in enumerate(rows)]
+        self._draw(logits, rows, out)
+        return out
+
+    def sample_with_logprobs(self, logits: torch.Tensor, rows: list[list[tuple[int, int, SamplingParams]]]) -> Sampled:
+        """`sample`, and the `TokenLogprob` of each sequence whose params ask (None for the others)."""
+        greedy_dev = logits.argmax(dim=-1)  # [N], left on the device until the one transfer
+        out = [[0] * len(seqs) for seqs in rows]
+        self._draw(logits, rows, out)  # the non-greedy draws
+        asks = [(i, j, p) for i, seqs in enumerate(rows) for j, (_, _, p) in enumerate(seqs) if p.logprobs is not None]
+        k = min(logits.shape[-1], max((p.logprobs for *_, p in asks), default=0))
+        device = logits.device
+        picks = torch.tensor([i for i, _, _ in asks], device=device, dtype=torch.long)  # [A]
+        drawn = torch.tensor([out[i][j] for i, j, _ in asks], device=device, dtype=torch.long)
+        is_greedy = torch.tensor([p.greedy for *_, p in asks], device=device, dtype=torch.bool)
+        chosen_ids = torch.where(is_greedy, greedy_dev[picks], drawn)  # [A]
+        lp = logits[picks].log_softmax(-1)  # [A, V]
+        top = lp.topk(k, dim=-1)  # [A, K] each
+        packed = torch.cat([greedy_dev.double(), lp.gather(1, chosen_ids[:, None])[:, 0].double(),
+                            top.values.double().flatten(), top.indices.double().flatten()]).tolist()  # one transfer
+        n, a = len(rows), len(asks)
+        for i, seqs in enumerate(rows):
+            for j, (_, _, params) in enumerate(seqs):
+                if params.greedy:
+                    out[i][j] = int(packed[i])
+        logprobs: list[list[TokenLogprob | None]] = [[None] * len(seqs) for seqs in rows]
+        values, ids = packed[n + a : n + a + a * k], packed[n + a + a * k :]
+        for r, (i, j, params) in enumerate(asks):
+            own = slice(r * k, r * k + min(params.logprobs, k))
+            logprobs[i][j] = TokenLogprob(out[i][j], packed[n + r], tuple(map(int, ids[own])), tuple(values[own]))
+        return Sampled(out, logprobs)
+
+    def _draw(self, logits: torch.Tensor, rows: list[list[tuple[int, int, SamplingParams]]],
+              out: list[list[int]]) -> None:
+        """Draw every non-greedy sequence's token into `out` (greedy slots are left as they are)."""
         batched: list[tuple[int, int, int, int, SamplingParams]] = []  # (row, slot, seq_id, seed, params)
         for i, seqs in enumerate(rows):
             for j, (seq_id, seed, params) in enumerate(seqs):
                 if params.greedy:
-                    out[i][j] = greedy[i]
-                elif self._batched(params):
+                    continue
+                if self._batched(params):
                     batched.append((i, j, seq_id, seed, params))
                 else:
                     probs = filter_logits(logits[i], params).softmax(-1)
@@ -100,7 +144,6 @@ class Sampler:
                     out[i][j] = int(torch.multinomial(probs, 1, generator=gen).item())
         if batched:
             self._sample_survivors(logits, batched, out)
-        return out
 
     def _sample_survivors(self, logits: torch.Tensor, batched: list, out: list[list[int]]) -> None:
         """One batched top-k for every listed draw, then a draw per sequence on the host."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from runtime.outputs import RequestMetrics
+from runtime.outputs import RequestMetrics, TokenLogprob
 from runtime.sampling_params import SamplingParams
 
 
@@ -54,6 +54,7 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: str | None = None
     prefix_checked: bool = False  # prefix cache consulted since the last (re)admission
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per output token, where params ask
     num_prompt_tokens: int = field(init=False)  # a plain attribute: read on every step's hot path
 
     def __post_init__(self) -> None:

@@ -11,14 +11,16 @@ without a tokenizer, or a request that can never fit (prompt + max_tokens > max_
 message); 404 for another model's name; 503 when `max_pending` requests are in flight (see
 `runtime.serve.async_engine`). A client that disconnects aborts its request: a stream is cancelled by
 Starlette when the client leaves, a plain request is watched for the disconnect as vLLM does.
-This side makes the text (`runtime.serve.streams`: the tokenizer, or token ids as text) and the SSE
-events from the engine's token deltas; it needs the model's name, tokenizer and `RequestLimits`, never
-its weights.
+This side makes the text (`runtime.serve.streams`: the tokenizer, or token ids as text), matches stop
+strings (a choice whose text stopped is aborted in the engine, so its blocks are freed), writes logprobs
+(`runtime.serve.logprobs`) and the SSE events from the engine's token deltas, one choice per sample of
+`n`; it needs the model's name, tokenizer and `RequestLimits`, never its weights.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -30,13 +32,15 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from runtime.config import ConfigError
 from runtime.model.tokenizer import NoTokenizerError, Tokenizer, encode_chat, encode_prompt, require_tokenizer
 from runtime.sampling_params import SamplingParams
 from runtime.serve import protocol as wire
 from runtime.serve.async_engine import AsyncEngine, EngineDead, Overloaded
 from runtime.serve.engine_core import EngineHandle
+from runtime.serve.logprobs import TokenNames, chat_logprobs, completion_logprobs
 from runtime.serve.metrics import ServerMetrics
-from runtime.serve.streams import ChunkTemplate, TextDeltas
+from runtime.serve.streams import Choices, ChoiceUpdate, ChunkTemplate
 
 __all__ = ["ApiError", "build_app"]
 
@@ -54,22 +58,29 @@ class _Shape(NamedTuple):
 
     prefix: str  # of response ids
     chunk_object: str
-    full: Callable[..., dict]  # (id, model, text, finish, prompt tokens, tokens) -> the JSON answer
-    chunk: Callable[[str, str, str, str | None, int], dict]  # (id, model, delta, finish, created) -> one event
+    full: Callable[..., dict]  # (id, model, choices, prompt tokens, tokens) -> the JSON answer
+    choice: Callable[..., dict]  # (index, text, finish, logprobs) -> one choice of the answer
+    chunk: Callable[..., dict]  # (id, model, delta, finish, created, index, logprobs) -> one event
+    logprobs: Callable[..., dict]  # (TokenLogprobs, TokenNames, first token, first text offset) -> a choice's
 
-    def template(self, rid: str, model: str, created: int) -> ChunkTemplate:
-        return ChunkTemplate.of(lambda delta, finish: self.chunk(rid, model, delta, finish, created))
+    def template(self, rid: str, model: str, created: int, index: int) -> ChunkTemplate:
+        return ChunkTemplate.of(lambda delta, finish, logprobs:
+                                self.chunk(rid, model, delta, finish, created, index, logprobs))
 
 
-COMPLETION = _Shape("cmpl", "text_completion", wire.completion, wire.completion_chunk)
-CHAT = _Shape("chatcmpl", "chat.completion.chunk", wire.chat, lambda rid, model, delta, finish, created:
-              wire.chat_chunk(rid, model, {"content": delta}, finish, created))
+COMPLETION = _Shape("cmpl", "text_completion", wire.completion, wire.completion_choice, wire.completion_chunk,
+                    completion_logprobs)
+CHAT = _Shape("chatcmpl", "chat.completion.chunk", wire.chat, wire.chat_choice,
+              lambda rid, model, delta, finish, created, index, logprobs:
+              wire.chat_chunk(rid, model, {"content": delta}, finish, created, index, logprobs),
+              lambda logprobs, names, first, offset: chat_logprobs(logprobs, names, first))
 
 
 class _Server:
     def __init__(self, handle: EngineHandle, model: str, tokenizer: Tokenizer | None, max_pending: int) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.names = TokenNames(tokenizer)
         self.metrics = ServerMetrics()
         self.runner = AsyncEngine(handle, max_pending, self.metrics.observe)
         self._ids = itertools.count()
@@ -80,8 +91,16 @@ class _Server:
                            "NotFoundError")
 
     def params(self, body: wire.SamplingFields, max_tokens: int) -> SamplingParams:
-        return SamplingParams(temperature=body.temperature, top_p=body.top_p, top_k=max(0, body.top_k),
-                              seed=body.seed, max_tokens=max_tokens, ignore_eos=body.ignore_eos)
+        if body.stop and self.tokenizer is None:
+            raise ApiError(400, f"stop: stop strings need a tokenizer, and the model `{self.model}` has none "
+                                "(stop_token_ids work without one)")
+        try:
+            return SamplingParams(
+                n=body.n, temperature=body.temperature, top_p=body.top_p, top_k=max(0, body.top_k), seed=body.seed,
+                max_tokens=max_tokens, ignore_eos=body.ignore_eos, stop=body.stop, stop_token_ids=body.stop_token_ids,
+                include_stop_str_in_output=body.include_stop_str_in_output, logprobs=body.sample_logprobs)
+        except ConfigError as e:
+            raise ApiError(400, str(e).removeprefix("SamplingParams.")) from None
 
     def submit(self, shape: _Shape, prompt: list[int], params: SamplingParams) -> tuple[str, asyncio.Queue]:
         reason = self.runner.limits.reject_reason(prompt, params)
@@ -100,18 +119,38 @@ def _event(payload: dict | str) -> bytes:
     return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
 
 
+async def _updates(server: _Server, rid: str, q: asyncio.Queue, choices: Choices) -> AsyncIterator[ChoiceUpdate]:
+    """The request's choices as its deltas arrive, until each has ended. A choice whose text reached a stop
+    string while the engine runs it is aborted there (reason "stop"): the whole request once none runs on."""
+    async with contextlib.aclosing(server.runner.outputs(rid, q)) as deltas:
+        async for delta in deltas:
+            update = choices.add(delta)
+            if update is None:
+                continue
+            if update.stopped:
+                server.runner.abort(rid, None if choices.done else update.index, "stop")
+            yield update
+            if choices.done:
+                return
+
+
 async def _stream(server: _Server, shape: _Shape, rid: str, q: asyncio.Queue, include_usage: bool,
-                  prompt_tokens: int) -> AsyncIterator[bytes]:
-    """The SSE events of a stream: per delta one chunk, written from the stream's template."""
-    created = int(time.time())
+                  prompt_tokens: int, params: SamplingParams) -> AsyncIterator[bytes]:
+    """The SSE events of a stream: per delta one chunk, written from its choice's template."""
+    created, choices = int(time.time()), Choices(server.tokenizer, params)
+    chunks = [shape.template(rid, server.model, created, i) for i in range(params.n)]
     if shape is CHAT:
-        yield _event(wire.chat_chunk(rid, server.model, {"role": "assistant", "content": ""}, None, created))
-    chunks, text = shape.template(rid, server.model, created), TextDeltas(server.tokenizer)
-    async for delta in server.runner.outputs(rid, q):
-        finish = delta.finish_reason
-        yield chunks.event(text.add(delta.token_ids, finish is not None), finish)
+        for i in range(params.n):
+            yield _event(wire.chat_chunk(rid, server.model, {"role": "assistant", "content": ""}, None, created, i))
+    offsets = [0] * params.n  # per choice: characters of its token strings so far (completions' text_offset)
+    async for update in _updates(server, rid, q, choices):
+        logprobs = None
+        if params.logprobs is not None:
+            logprobs = shape.logprobs(update.logprobs, server.names, update.first, offsets[update.index])
+            offsets[update.index] += sum(map(len, logprobs.get("tokens", ())))
+        yield chunks[update.index].event(update.text, update.finish_reason, logprobs)
     if include_usage:
-        yield _event(wire.usage_chunk(rid, server.model, shape.chunk_object, prompt_tokens, text.tokens, created))
+        yield _event(wire.usage_chunk(rid, server.model, shape.chunk_object, prompt_tokens, choices.tokens, created))
     yield _event("[DONE]")
 
 
@@ -120,30 +159,34 @@ async def _until_disconnect(request: Request) -> None:
         pass
 
 
-async def _final(server: _Server, rid: str, q: asyncio.Queue) -> tuple[TextDeltas, str | None]:
-    """The whole text (and token count) of a request, and its finish reason."""
-    text, finish = TextDeltas(server.tokenizer), None
-    async for delta in server.runner.outputs(rid, q):
-        finish = delta.finish_reason
-        text.add(delta.token_ids, finish is not None)
-    return text, finish
+async def _final(server: _Server, shape: _Shape, rid: str, q: asyncio.Queue, params: SamplingParams
+                 ) -> tuple[list[dict], int]:
+    """A request's choices, whole, and how many tokens they took."""
+    choices = Choices(server.tokenizer, params)
+    async for _ in _updates(server, rid, q, choices):
+        pass
+    out = []
+    for i, (text, logprobs) in enumerate(zip(choices.texts, choices.logprobs)):
+        written = None if logprobs is None else shape.logprobs(logprobs, server.names, 0, 0)
+        out.append(shape.choice(i, text.text, choices.finish_reasons[i], written))
+    return out, choices.tokens
 
 
 async def _answer(server: _Server, request: Request, shape: _Shape, body: wire.SamplingFields, prompt: list[int],
                   params: SamplingParams) -> Response:
     rid, q = server.submit(shape, prompt, params)
     if body.stream:
-        return StreamingResponse(_stream(server, shape, rid, q, body.include_usage, len(prompt)),
+        return StreamingResponse(_stream(server, shape, rid, q, body.include_usage, len(prompt), params),
                                  media_type="text/event-stream")
-    final = asyncio.ensure_future(_final(server, rid, q))
+    final = asyncio.ensure_future(_final(server, shape, rid, q, params))
     watch = asyncio.ensure_future(_until_disconnect(request))
     await asyncio.wait({final, watch}, return_when=asyncio.FIRST_COMPLETED)
     watch.cancel()
     if not final.done():  # the client left: cancelling aborts the request (AsyncEngine.outputs)
         final.cancel()
         return Response(status_code=499)
-    text, finish = final.result()
-    return JSONResponse(shape.full(rid, server.model, text.text, finish, len(prompt), text.tokens))
+    choices, tokens = final.result()
+    return JSONResponse(shape.full(rid, server.model, choices, len(prompt), tokens))
 
 
 def _prompt_ids(server: _Server, prompt: str | list[int]) -> list[int]:

@@ -2,14 +2,14 @@
 
     event loop (HTTP handlers)                        engine handle (engine_process, or engine_thread)
     submit(id, prompt, params) --Add-->  handle.send     applied between steps
-    abort(id)                  --Abort-> handle.send     the engine frees the request's blocks at once
+    abort(id[, index])         --Abort-> handle.send     the engine frees the request's (or sample's) blocks at once
     outputs(id, queue) <--call_soon_threadsafe-- deliver(StepOutputs), from the handle's thread
       (left early: abort)
 
-A request's outputs are `Delta`s: the token ids new since its last one. One arrives per step that adds
-a token, so a stream sends a token as soon as it is sampled; a consumer that falls behind (the event
-loop busier than the engine) gets the deltas queued meanwhile merged into one (vLLM's output collector
-merges the same way). A step's outputs cross to the event loop in one hand-over.
+A request's outputs are `Delta`s: a sample's token ids new since its last one. One arrives per sample
+per step that adds a token, so a stream sends a token as soon as it is sampled; a consumer that falls
+behind (the event loop busier than the engine) gets the deltas queued meanwhile merged into one per
+sample (vLLM's output collector merges the same way). A step's outputs cross to the event loop in one hand-over.
 Overload is answered at the door: with `max_pending` requests in flight (running or waiting in the
 engine), `submit` raises `Overloaded` and the server answers 503; the engine's own waiting queue is
 thereby bounded. An engine that fails (it raised, or its process died) fails every open request and
@@ -86,11 +86,14 @@ class AsyncEngine:
         self.handle.send(Add(request_id, prompt, params))
         return q
 
-    def abort(self, request_id: str) -> None:
-        """Stop a request (its client left): no more outputs, its blocks freed before the next step."""
-        with self._lock:
-            self._streams.pop(request_id, None)
-        self.handle.send(Abort(request_id))
+    def abort(self, request_id: str, index: int | None = None, reason: str = "abort") -> None:
+        """Stop a request (its client left, or a stop string ended its text): no more outputs, its blocks freed
+        before the next step. With `index`, only that sample: the request's other samples run on."""
+        if index is None:
+            with self._lock:
+                if self._streams.pop(request_id, None) is None:
+                    return  # it finished, or was aborted already
+        self.handle.send(Abort(request_id, index, reason))
 
     async def outputs(self, request_id: str, q: asyncio.Queue) -> AsyncIterator[Delta]:
         """A submitted request's deltas, one per step (merged when the consumer fell behind), the last one
@@ -99,13 +102,12 @@ class AsyncEngine:
         finished = False
         try:
             while not finished:
-                delta = await q.get()
-                while not q.empty() and not isinstance(delta, BaseException):  # the consumer fell behind
-                    delta = _merge(delta, q.get_nowait())
-                if isinstance(delta, BaseException):
-                    raise delta
-                finished = delta.finish_reason is not None
-                yield delta
+                batch = [await q.get()]
+                while not q.empty():  # the consumer fell behind
+                    batch.append(q.get_nowait())
+                for delta in _merged(batch):
+                    finished = finished or delta.done
+                    yield delta
         finally:
             if not finished:
                 self.abort(request_id)
@@ -117,8 +119,8 @@ class AsyncEngine:
         for timing in step.finished:
             self.on_finished(timing)
         with self._lock:
-            targets = [self._streams.pop(rid, None) if finish is not None else self._streams.get(rid)
-                       for rid, finish in zip(step.request_ids, step.finish_reasons)]
+            targets = [self._streams.pop(rid, None) if done else self._streams.get(rid)
+                       for rid, done in zip(step.request_ids, step.done)]
         batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
         for delta, target in zip(step.deltas(), targets):
             if target is not None:  # None: aborted, its client is gone
@@ -134,11 +136,22 @@ class AsyncEngine:
             _hand_over(loop, [(q, EngineDead(f"the engine stopped: {error}"))])
 
 
-def _merge(earlier: Delta | BaseException, later: Delta | BaseException) -> Delta | BaseException:
-    if isinstance(later, BaseException):
-        return later
-    assert isinstance(earlier, Delta)
-    return Delta(later.request_id, earlier.token_ids + later.token_ids, later.finish_reason)
+def _merged(batch: list[Delta | BaseException]) -> list[Delta]:
+    """One Delta per sample for the deltas queued meanwhile, in order of their samples' first; raises an error
+    queued among them."""
+    by_sample: dict[int, Delta] = {}
+    for delta in batch:
+        if isinstance(delta, BaseException):
+            raise delta
+        earlier = by_sample.get(delta.index)
+        by_sample[delta.index] = delta if earlier is None else _merge(earlier, delta)
+    return sorted(by_sample.values(), key=lambda d: d.done)  # the request's last Delta stays last
+
+
+def _merge(earlier: Delta, later: Delta) -> Delta:
+    logprobs = None if later.logprobs is None else (earlier.logprobs or []) + later.logprobs
+    return later._replace(token_ids=earlier.token_ids + later.token_ids, logprobs=logprobs,
+                          done=earlier.done or later.done)
 
 
 def _hand_over(loop: asyncio.AbstractEventLoop, items: list[tuple[asyncio.Queue, object]]) -> None:

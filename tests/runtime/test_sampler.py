@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime import LLM, SamplingParams
+from runtime import LLM, LLMEngine, SamplingParams
 from runtime.sampler import Sampler, filter_logits, topk_survivors
 
 VOCAB = 1000
@@ -74,3 +74,48 @@ def test_engine_uses_the_knob():
 
     first, again = run(sampler_half_topk=True), run(sampler_half_topk=True)
     assert first == again and all(len(t) == 6 for t in first)
+
+
+def test_logprobs_come_with_the_same_tokens_and_match_a_log_softmax():
+    """Greedy, per-row fp32 and batched top-k draws give the tokens `sample` gives (same seeds); the sequences that
+    ask get their token's raw log-probability and the top-k, exactly a log_softmax's; the others get None."""
+    logits = distinct_logits(3, seed=4)
+    asks = [SamplingParams(temperature=0.0, logprobs=3), SamplingParams(temperature=0.9, seed=1, logprobs=0),
+            SamplingParams(temperature=0.8, top_k=20, logprobs=5)]
+    rows = [[(0, 7, asks[0]), (1, 7, SamplingParams(temperature=0.0))], [(2, 8, asks[1])], [(3, 9, asks[2])]]
+    for half_topk in (False, True):
+        expected = Sampler(half_topk).sample(logits, rows)
+        tokens, logprobs = Sampler(half_topk).sample_with_logprobs(logits, rows)
+        assert tokens == expected
+        assert logprobs[0][1] is None
+        lsm = logits.log_softmax(-1)
+        for (i, j, k) in ((0, 0, 3), (1, 0, 0), (2, 0, 5)):
+            lp = logprobs[i][j]
+            top = lsm[i].topk(k)
+            assert lp.token_id == tokens[i][j] and lp.logprob == lsm[i, lp.token_id].item()
+            assert (lp.top_ids, lp.top_logprobs) == (tuple(top.indices.tolist()), tuple(top.values.tolist()))
+        assert logprobs[0][0].logprob == logprobs[0][0].top_logprobs[0] == lsm[0].max().item()  # greedy: the max
+
+
+def test_engine_logprobs_are_the_recorded_distribution_at_the_drawn_tokens():
+    """A greedy request's logprobs are the engine's recorded log_softmax at its tokens; beside it n = 2 sampled
+    ones get theirs for their own tokens, and a request that did not ask gets None."""
+    llm = LLM(model="tiny", device="cpu")
+    engine = LLMEngine(llm.config, model=llm.engine.model, record_logprobs=True)
+    engine.add_request("g", [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True, logprobs=2))
+    engine.add_request("s", [4, 5], SamplingParams(temperature=1.0, seed=3, n=2, max_tokens=4, ignore_eos=True,
+                                                   logprobs=1))
+    engine.add_request("none", [6], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True))
+    outs = {}
+    while engine.has_unfinished_requests():
+        outs |= {o.request_id: o for o in engine.step() if o.finished}
+    assert outs["none"].outputs[0].logprobs is None
+    for rid, k in (("g", 2), ("s", 1)):
+        for c in outs[rid].outputs:
+            assert [lp.token_id for lp in c.logprobs] == c.token_ids and all(len(lp.top_ids) == k for lp in c.logprobs)
+            assert all(lp.logprob <= lp.top_logprobs[0] for lp in c.logprobs)
+    greedy_out = outs["g"].outputs[0]
+    recorded = [row[t].item() for row, t in zip(engine.logprobs["g"], greedy_out.token_ids)]
+    assert [lp.logprob for lp in greedy_out.logprobs] == recorded
+    assert [lp.logprob for lp in outs["g"].outputs[0].logprobs] == [lp.top_logprobs[0]
+                                                                   for lp in outs["g"].outputs[0].logprobs]

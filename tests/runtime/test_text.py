@@ -10,7 +10,8 @@ import pytest
 from runtime import SamplingParams
 from runtime.detokenizer import IncrementalDetokenizer
 from runtime.model.tokenizer import NoTokenizerError, load_tokenizer
-from tests.factories import greedy, make_llm
+from runtime.outputs import CompletionOutput
+from tests.factories import assert_drained, greedy, make_llm
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 MIXED = "Cats 🐱 love 東京 and naïve café ☕!"
@@ -110,3 +111,61 @@ def test_generate_takes_prompts_or_token_ids_not_both():
         llm.generate([[1, 2]], prompt_token_ids=[[1, 2]])
     with pytest.raises(ValueError, match=r"^pass exactly one of prompts and prompt_token_ids$"):
         llm.generate()
+
+
+def _greedy_text(llm, prompt: str, max_tokens: int = 24, **stops) -> CompletionOutput:
+    [out] = llm.generate([prompt], SamplingParams(max_tokens=max_tokens, temperature=0.0, **stops), use_tqdm=False)
+    return out.outputs[0]
+
+
+ONCE = "Once upon a time"
+ONCE_TEXT = (", the city of Nova Haven was a thriving metropolis, with towering skyscrapers and bustling streets. "
+             "But as the years went by")
+
+
+def test_greedy_with_stop_strings_is_the_greedy_text_cut_at_the_first(smollm2_llm):
+    """The text ends before the stop string that starts first (after it with include_stop_str_in_output), the ids
+    end at the token that completed it, and the request's blocks are freed."""
+    base = _greedy_text(smollm2_llm, ONCE)
+    assert (base.text, base.finish_reason) == (ONCE_TEXT, "length")
+    cut = _greedy_text(smollm2_llm, ONCE, stop=["metropolis", "Nova H"])
+    assert (cut.text, cut.finish_reason) == (", the city of ", "stop")
+    assert cut.token_ids == base.token_ids[:6]  # ", the city of Nova Haven": " Haven" completed "Nova H"
+    kept = _greedy_text(smollm2_llm, ONCE, stop="Nova H", include_stop_str_in_output=True)
+    assert kept.text == ", the city of Nova Haven"[: len(", the city of Nova H")]
+    assert_drained(smollm2_llm)
+
+
+def test_a_stop_token_ends_the_sample_and_stays_out_of_the_text(smollm2_llm):
+    base = _greedy_text(smollm2_llm, ONCE)
+    stop_id = base.token_ids[4]  # " Nova"
+    out = _greedy_text(smollm2_llm, ONCE, stop_token_ids=[stop_id])
+    assert (out.token_ids, out.finish_reason) == (base.token_ids[:5], "stop")
+    assert out.text == ", the city of"
+    kept = _greedy_text(smollm2_llm, ONCE, stop_token_ids=[stop_id], include_stop_str_in_output=True)
+    assert kept.text == ", the city of Nova"
+
+
+def test_stop_strings_need_a_tokenizer():
+    llm = make_llm("tiny", device_memory_gb=0.1, max_model_len=256)
+    with pytest.raises(ValueError, match=r"^stop strings \('x',\) need the model's tokenizer, and this engine has"):
+        llm.generate([[1, 2]], SamplingParams(stop="x"), use_tqdm=False)
+
+
+@pytest.mark.parametrize(("stops", "keep", "pieces", "text"), [
+    (("</x>",), False, ["", "ab", "</s>c", "", ""], "ab</s>c"),  # "<", "</s" held back: no stop; then "</x>" cut
+    (("</x>",), True, ["ab<", "/s", ">c</x>", "", ""], "ab</s>c</x>"),  # kept: nothing held back
+    ((), False, ["ab<", "/s", ">c</x>", "", ""], "ab</s>c</x>"),
+])
+def test_a_stream_holds_back_what_a_stop_string_may_claim(smollm2_llm, stops, keep, pieces, text):
+    """Pieces never show the start of a stop string that a later token completes; they join to the cut text."""
+    tokenizer = smollm2_llm.tokenizer
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in ("ab", "<", "/", "s", ">")]
+    detok = IncrementalDetokenizer(tokenizer, True, stops, keep)
+    got = []
+    for chunk in ([ids[0], ids[1]], [ids[2], ids[3]], [ids[4]] + tokenizer("c</x>")["input_ids"], [], []):
+        detok.add(chunk)
+        got.append(detok.next_piece(finished=False))
+    got[-1] = detok.next_piece(finished=True)
+    assert "".join(got) == detok.text
+    assert (got, detok.text) == (pieces, text)

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from runtime import SamplingParams
+from runtime.outputs import TokenLogprob
 from runtime.serve.async_engine import AsyncEngine, EngineDead, Overloaded
 from runtime.serve.engine_core import Add, Delta
 from runtime.serve.engine_thread import EngineThread
@@ -78,7 +79,23 @@ def test_a_consumer_that_falls_behind_gets_the_deltas_merged():
         outs = runner.outputs("x", q)
         first = await outs.__anext__()
         q.put_nowait(Delta("x", [5], None))
-        q.put_nowait(Delta("x", [6], "length"))
+        q.put_nowait(Delta("x", [6], "length", done=True))
         return [first, *[d async for d in outs]]
 
-    assert asyncio.run(main()) == [Delta("x", [1, 2, 3, 4], None), Delta("x", [5, 6], "length")]
+    assert asyncio.run(main()) == [Delta("x", [1, 2, 3, 4], None), Delta("x", [5, 6], "length", done=True)]
+
+
+def test_merged_deltas_stay_one_per_sample_and_the_last_stays_last():
+    """n = 2: a consumer behind by three steps gets one Delta per sample, logprobs joined, `done` last."""
+    runner = AsyncEngine(_Handle(), max_pending=1)
+    lp = [TokenLogprob(t, -float(t), (t,), (-float(t),)) for t in range(6)]
+
+    async def main():
+        q = asyncio.Queue()
+        for delta in (Delta("x", [0], None, 0, lp[:1]), Delta("x", [1], None, 1, lp[1:2]),
+                      Delta("x", [2], "stop", 1, lp[2:3]), Delta("x", [3, 4], "length", 0, lp[3:5], done=True)):
+            q.put_nowait(delta)
+        return [d async for d in runner.outputs("x", q)]
+
+    assert asyncio.run(main()) == [Delta("x", [1, 2], "stop", 1, lp[1:3]),
+                                   Delta("x", [0, 3, 4], "length", 0, [lp[0], *lp[3:5]], done=True)]

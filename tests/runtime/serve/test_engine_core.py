@@ -42,7 +42,7 @@ def test_each_step_sends_the_new_token_of_each_request_then_its_timing(engine):
     assert [s.deltas() for s in steps] == [  # both prompts fit the first step's token budget
         [Delta("a", a[:1], None), Delta("b", b[:1], None)],
         [Delta("a", a[1:2], None), Delta("b", b[1:2], None)],
-        [Delta("a", a[2:], "length"), Delta("b", b[2:], "length")]]
+        [Delta("a", a[2:], "length", done=True), Delta("b", b[2:], "length", done=True)]]
     assert [(s.busy, s.preempted, s.stats.num_running) for s in steps] == [(True, 0, 2), (True, 0, 2), (False, 0, 0)]
     timings = steps[-1].finished
     assert [(t.prompt_tokens, t.output_tokens) for t in timings] == [(3, 3), (5, 3)]
@@ -58,7 +58,26 @@ def test_an_abort_frees_the_blocks_and_is_no_finished_request(engine):
     core.apply(Abort("x"))
     assert engine.last_step.kv_used_blocks == 1 and core.busy  # freed now, the abort reported by the next step
     aborted = core.step()
-    assert (aborted.deltas(), aborted.finished, aborted.busy) == ([Delta("x", [], "abort")], [], False)
+    assert (aborted.deltas(), aborted.finished, aborted.busy) == ([Delta("x", [], "abort", done=True)], [], False)
     assert aborted.stats.kv_used_blocks == 0
     core.apply(Add("x", [1, 2, 3], greedy(1)))  # the id is free again: nothing of the aborted one is left
-    assert core.step().deltas() == [Delta("x", first.token_ids[0], "length")]
+    assert core.step().deltas() == [Delta("x", first.token_ids[0], "length", done=True)]
+
+
+def test_n_samples_report_apart_and_one_can_be_stopped_alone(engine):
+    """n = 2: an entry per sample per step; `Abort(id, 1, "stop")` ends sample 1 alone (reported once, "stop"), and
+    sample 0 runs to its length, its last entry `done`; every block is freed at the end."""
+    engine.reset()
+    core = EngineCore(engine)
+    core.apply(Add("n", [3, 1, 4], replace(greedy(4), n=2)))
+    first = core.step().deltas()
+    assert [(d.index, len(d.token_ids), d.finish_reason, d.done) for d in first] == [(0, 1, None, False),
+                                                                                     (1, 1, None, False)]
+    core.apply(Abort("n", 1, "stop"))
+    steps = []
+    while core.busy:
+        steps.append(core.step())
+    entries = [(d.index, len(d.token_ids), d.finish_reason, d.done) for s in steps for d in s.deltas()]
+    assert entries == [(0, 1, None, False), (1, 0, "stop", False), (0, 1, None, False), (0, 1, "length", True)]
+    assert [(t.prompt_tokens, t.output_tokens) for t in steps[-1].finished] == [(3, 5)]  # 4 + the 1 sample 1 had
+    assert steps[-1].stats.kv_used_blocks == 0

@@ -10,7 +10,7 @@ import httpx2
 import openai
 import pytest
 
-from runtime import LLM
+from runtime import LLM, SamplingParams
 from runtime.serve.protocol import token_text
 from tests.factories import greedy
 from tests.runtime.serve.server_factories import running_server, server_config, wait_idle
@@ -119,8 +119,14 @@ MALFORMED = [
     ({"model": "tiny", "prompt": ["a", "b"]}, "malformed request: body.prompt.str: Input should be a valid string"),
     ({"model": "tiny", "prompt": [1, 2], "max_tokens": 0},
      "malformed request: body.max_tokens: Input should be greater than or equal to 1"),
-    ({"model": "tiny", "prompt": [1, 2], "n": 2}, "n: not supported by pagetune's server, got 2"),
-    ({"model": "tiny", "prompt": [1, 2], "stop": ["\n"]}, "stop: not supported by pagetune's server, got ['\\n']"),
+    ({"model": "tiny", "prompt": [1, 2], "n": 0},
+     "malformed request: body.n: Input should be greater than or equal to 1"),
+    ({"model": "tiny", "prompt": [1, 2], "logprobs": 21},
+     "malformed request: body.logprobs: Input should be less than or equal to 20"),
+    ({"model": "tiny", "prompt": [1, 2], "stop": ["\n"]},
+     "stop: stop strings need a tokenizer, and the model `tiny` has none (stop_token_ids work without one)"),
+    ({"model": "tiny", "prompt": [1, 2], "stop_token_ids": [-1]},
+     "stop_token_ids: must be token ids (ints >= 0), got frozenset({-1})"),
     ({"model": "tiny", "prompt": [1, 5000]}, "prompt token ids must be in [0, 2048), got range [1, 5000]"),
     ({"model": "tiny", "prompt": [1] * 4090, "max_tokens": 16},
      "prompt (4090 tokens) + max_tokens (16) = 4106 exceeds max_model_len 4096"),
@@ -175,3 +181,45 @@ def test_overload_is_503_beyond_max_pending(offline):
             assert third.status_code == 503
             assert third.json()["error"]["message"].startswith("server overloaded: 2 requests in flight")
         wait_idle(s)
+
+
+def _choices(out, stream: bool) -> list[tuple[int, str, str | None]]:
+    """(index, text, finish reason) per choice, from an answer or a stream's chunks."""
+    if not stream:
+        return [(c.index, c.text, c.finish_reason) for c in out.choices]
+    texts, finish = {}, {}
+    for chunk in out:
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            finish[c.index] = c.finish_reason or finish.get(c.index)
+    return [(i, texts[i], finish[i]) for i in sorted(texts)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_token_ids_end_every_choice_at_the_token(client, offline, stream):
+    [ref] = offline.generate(prompt_token_ids=[[5, 6, 7]], sampling_params=greedy(8), use_tqdm=False)
+    ids = ref.outputs[0].token_ids
+    end = ids.index(ids[3])  # the stop id's first place
+    out = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=8, temperature=0.0, n=2, stream=stream,
+                                    extra_body={**IGNORE_EOS, "stop_token_ids": [ids[3]]})
+    assert _choices(out, stream) == [(i, token_text(ids[: end + 1]), "stop") for i in range(2)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_seeded_samples_are_the_offline_engines(client, offline, stream):
+    params = SamplingParams(n=3, temperature=1.0, seed=7, max_tokens=6, ignore_eos=True)
+    [ref] = offline.generate(prompt_token_ids=[[9, 9, 4]], sampling_params=params, use_tqdm=False)
+    out = client.completions.create(model="tiny", prompt=[9, 9, 4], max_tokens=6, temperature=1.0, seed=7, n=3,
+                                    stream=stream, extra_body=IGNORE_EOS)
+    assert _choices(out, stream) == [(c.index, token_text(c.token_ids), "length") for c in ref.outputs]
+    assert len({tuple(c.token_ids) for c in ref.outputs}) == 3  # three different samples
+
+
+def test_completion_logprobs_name_tokens_by_id(client, reference):
+    out = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=4, temperature=0.0, logprobs=3,
+                                    extra_body=IGNORE_EOS)
+    [ids] = reference([[5, 6, 7]], [4])
+    lp = out.choices[0].logprobs
+    assert lp.tokens == [token_text([t], i) for i, t in enumerate(ids)] and "".join(lp.tokens) == out.choices[0].text
+    assert lp.text_offset == [len(token_text(ids[:i])) for i in range(4)]
+    assert all(len(top) == 3 and value == max(top.values()) for value, top in zip(lp.token_logprobs, lp.top_logprobs))
