@@ -5,9 +5,11 @@ refitted (`runtime.refit_profile`) with the real steps that H200 runs logged.
     # logged with every prefill chunk on flash, then a tier's cost from the real steps timed over two tiers
     H=experiments/results/h200-sim
     python experiments/refit_profile.py --profile $H/h200-llama-3-8b.measured.json --rows \
-        $H/capacity7-mooncake-{1,2}.json $H/capacity8-mooncake-1.json $H/capacity7-azure.json \
-        $H/capacity8-azure-{1,2}.json --tier-rows $H/capacity9-{azure,mooncake}-tiers.json \
-        $H/capacity11-mooncake100-tiers-cut{1,2}.json --out conf/profiles/h200-llama-3-8b.json
+        $H/real-mooncake40-base-1.json $H/real-mooncake40-small-budget-few-seqs.json \
+        $H/real-mooncake40-no-graphs-1.json $H/real-azure-base.json \
+        $H/real-azure-small-budget-few-seqs-block-32-no-graphs.json $H/real-azure-tiers-1.json \
+        --tier-rows $H/real-azure-tiers-2.json $H/real-mooncake40-tiers.json \
+        $H/real-mooncake100-tiers-cut-{1,2}.json --out conf/profiles/h200-llama-3-8b.json
 
 A rows file is `sim_accuracy.py --real-out` (rows per window) or `sim_capacity.py --real-out` (rows per
 config). It prints the refit's error on held-back real steps, before and after. `--tier-rows` fits only

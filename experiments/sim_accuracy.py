@@ -5,7 +5,7 @@
         --out-md $OUT/sim_accuracy.md --refit-out $OUT/h200-llama-3-8b.refit.json
     # anywhere, from a GPU run's measurements (the simulation is CPU work): compare again
     python experiments/sim_accuracy.py --profile conf/profiles/h200-llama-3-8b.json \
-        --real-in experiments/results/h200-sim/real.json --record
+        --real-in $OUT/real.json --record
     # on a CPU, the tiny model against a small-grid profile made on the spot (a minute or two):
     python experiments/sim_accuracy.py --cpu
 

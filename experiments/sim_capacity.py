@@ -5,7 +5,8 @@
         --real-out $OUT/capacity-azure.json --budget-s 480
     # anywhere, from a GPU run's measurements (the simulation is CPU work): compare again
     python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows azure \
-        --real-in experiments/results/h200-sim/capacity-azure.json experiments/results/h200-sim/capacity6-azure.json \
+        --real-in experiments/results/h200-sim/real-azure-base.json \
+        experiments/results/h200-sim/real-azure-tiers-1.json \
         --record    # several files: merged by window and config, a later file's config replacing an earlier one's
     #             (a finished search it replaces is kept beside it: the real capacity is their mean)
     # the simulated verdict at every 0.5% step around each capacity (is passing monotone in the rate?)
