@@ -38,7 +38,15 @@ from tuner.results.endpoint import measure_endpoint
 from tuner.results.export import ExportError, write_exports
 from tuner.results.fidelity import fidelity
 from tuner.results.report import render_report, study_note, verdict_text
-from tuner.results.summary import export_metadata, grouped_arrivals, report_inputs, study_plots, summary_lines
+from tuner.results.summary import (
+    export_metadata,
+    grouped_arrivals,
+    report_inputs,
+    study_history,
+    study_metrics,
+    study_plots,
+    summary_lines,
+)
 from tuner.search.baseline import baseline_config
 from tuner.search.identity import study_identity
 from tuner.search.objective import Rates, TrialRunner
@@ -319,8 +327,8 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
                           report_md=render_report(inputs))
     refit = [checked.refit_path] if checked and checked.refit_path else []
     tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plot_paths, *refit],
-                                _study_metrics(c), {"pagetune.verdict": verdict_text(c, simulated),
-                                                    TAG_NOTE: study_note(inputs)})
+                                study_metrics(c), {"pagetune.verdict": verdict_text(c, simulated),
+                                                   TAG_NOTE: study_note(inputs)}, study_history(study))
     tracker.finish_study(parent)
     link = review_link(tracker.experiment_id(), parent) if isinstance(tracker, Tracker) and tracker.enabled else ""
     console.lines(summary_lines(c, inputs, paths, app.tracking.uri, link))
@@ -328,14 +336,3 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
         console.lines(["simulated and measured:", *[f"  {line}" for line in checked.lines]])
     return 0
 
-
-def _study_metrics(c) -> dict[str, float]:
-    metrics = {"improved": float(c.verdict.improved)}
-    value = c.proof.median(c.exported.label)
-    if value is not None:
-        metrics["exported_value"] = value
-    if c.verdict.interval is not None:
-        i = c.verdict.interval
-        metrics |= {"pick_minus_baseline": i.mean, "pick_minus_baseline_low": i.low,
-                    "pick_minus_baseline_high": i.high}
-    return metrics

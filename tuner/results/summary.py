@@ -22,7 +22,8 @@ from tuner.search.objective import Rates
 from tuner.search.study import INTERRUPTED
 from tuner.traffic import GROUPED_SHARE, ReplayWindow, TrafficLoad, arrival_groups, max_model_len_candidates
 
-__all__ = ["export_metadata", "grouped_arrivals", "report_inputs", "study_plots", "summary_lines"]
+__all__ = ["export_metadata", "grouped_arrivals", "report_inputs", "study_history", "study_metrics", "study_plots",
+           "summary_lines"]
 
 
 def _slo(app: AppConfig) -> str:
@@ -192,6 +193,44 @@ def export_metadata(app: AppConfig, study: optuna.Study, c: Conclusion, traffic:
     if c.runner_up is not None:
         meta["runner_up"] = {"trial": c.runner_up.trial, "runtime": c.runner_up.config.to_dict()}
     return meta
+
+
+def study_metrics(c: Conclusion) -> dict[str, float]:
+    """The parent run's headline figures: the exported and the baseline value, the interval, or (every config at 0)
+    the best SLO load at the trace's own rate and the proposed SLO."""
+    metrics = {"improved": float(c.verdict.improved)}
+    for name, label in (("exported_value", c.exported.label), ("baseline_value", BASELINE)):
+        if (value := c.proof.median(label)) is not None:
+            metrics[name] = value
+    if c.verdict.interval is not None:
+        i = c.verdict.interval
+        metrics |= {"pick_minus_baseline": i.mean, "pick_minus_baseline_low": i.low,
+                    "pick_minus_baseline_high": i.high}
+    if c.no_capacity is not None and c.no_capacity.best is not None:
+        best = c.no_capacity.best
+        metrics |= {"best_slo_load_at_trace_rate": best.load, "best_ttft_p99_s_at_trace_rate": best.ttft_p99_s,
+                    "best_tpot_p99_s_at_trace_rate": best.tpot_p99_s}
+        if c.no_capacity.proposed is not None:
+            metrics |= {"proposed_slo_ttft_s": c.no_capacity.proposed.ttft_s,
+                        "proposed_slo_tpot_s": c.no_capacity.proposed.tpot_s}
+    return metrics
+
+
+def study_history(study: optuna.Study) -> dict[str, list[tuple[int, float]]]:
+    """Per trial, step = its number: the search's value (a pruned trial's where it stopped) and the TTFT and TPOT
+    p99 it recorded; MLflow charts them on the parent run (the optimization history, without opening a file)."""
+    history: dict[str, list[tuple[int, float]]] = {"trial_value": [], "trial_value_pruned": [],
+                                                   "trial_ttft_p99_s": [], "trial_tpot_p99_s": []}
+    for t in study.get_trials(deepcopy=False):
+        if t.state is TrialState.COMPLETE and t.values:
+            history["trial_value"].append((t.number, t.values[0]))
+        elif t.state is TrialState.PRUNED and t.last_step is not None:
+            history["trial_value_pruned"].append((t.number, t.intermediate_values[t.last_step]))
+        metrics = t.user_attrs.get("metrics", {})
+        for name in ("ttft_p99_s", "tpot_p99_s"):
+            if name in metrics:
+                history[f"trial_{name}"].append((t.number, metrics[name]))
+    return {k: v for k, v in history.items() if v}
 
 
 def _at_trace_rate_meta(c: Conclusion) -> dict[str, Any]:

@@ -220,17 +220,20 @@ class Tracker(TrialLogging):
             time.sleep(wait_s)
 
     def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
-                            tags: Mapping[str, str] | None = None) -> None:
-        """Attach study-level files (plots, report), metrics and tags (the verdict) to the parent run."""
+                            tags: Mapping[str, str] | None = None,
+                            history: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> None:
+        """Attach study-level files (plots, report), metrics, tags (the verdict, the description) and per-trial
+        histories (name -> (trial number, value): MLflow charts them by step) to the parent run."""
         parent_run_id = self._online(parent_run_id)
-        self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics, tags or {}),
-                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags), parent_run_id)
+        self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics, tags or {}, history or {}),
+                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags, history), parent_run_id)
 
     def _log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
-                             tags: Mapping[str, str]) -> None:
+                             tags: Mapping[str, str], history: Mapping[str, Sequence[tuple[int, float]]]) -> None:
         for path in files:
             self._client.log_artifact(parent_run_id, str(path))
         runs.log_metrics(self._client, parent_run_id, metrics)
+        runs.log_history(self._client, parent_run_id, history)
         if tags:
             runs.log_tags(self._client, parent_run_id, tags_to_strings(tags))
 
