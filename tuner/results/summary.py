@@ -147,12 +147,21 @@ def study_plots(app: AppConfig, study: optuna.Study, c: Conclusion, folder: Path
         labels = {"baseline": BASELINE} | ({"pick": c.pick.label} if c.pick.label != BASELINE else {})
         curves = {name: c.proof.probes[label] for name, label in labels.items()}
         made.append(plots.capacity_curve(curves, app.slo.attainment, folder / "capacity.png"))
-        rate = "at the highest rate meeting the SLO (its capacity)"
+        rate = "each at its capacity, the highest rate meeting the SLO" + _first_rates(c)
     else:
         rate = _rate_label(rate_rps, "recorded rate")
     made.append(plots.latency_cdf(_latencies(c.proof.rows.get(c.pick.label, ())),
                                   _latencies(c.proof.rows.get(BASELINE, ())), folder / "latency_cdf.png", rate))
     return made
+
+
+def _first_rates(c: Conclusion) -> str:
+    """The rates of the proof measurements whose latencies the CDF draws (each config's first one that completed)."""
+    labels = {"pick": c.pick.label, "baseline": BASELINE} if c.pick.label != BASELINE else {"baseline": BASELINE}
+    firsts = {name: next((v for v in c.proof.values.get(label, []) if v is not None), None)
+              for name, label in labels.items()}
+    rates = [f"{name} {value:.4g} req/s" for name, value in firsts.items() if value is not None]
+    return f" ({', '.join(rates)})" if rates else ""
 
 
 def _rate_label(rate_rps: float | None, what: str) -> str:
