@@ -37,8 +37,16 @@ from tuner.results.conclude import NoBaseline, conclude, measurements_planned
 from tuner.results.endpoint import measure_endpoint
 from tuner.results.export import ExportError, write_exports
 from tuner.results.fidelity import fidelity
-from tuner.results.report import render_report
-from tuner.results.summary import export_metadata, report_inputs, study_plots, summary_lines
+from tuner.results.report import render_report, study_note, verdict_text
+from tuner.results.summary import (
+    export_metadata,
+    grouped_arrivals,
+    report_inputs,
+    study_history,
+    study_metrics,
+    study_plots,
+    summary_lines,
+)
 from tuner.search.baseline import baseline_config
 from tuner.search.identity import study_identity
 from tuner.search.objective import Rates, TrialRunner
@@ -46,7 +54,7 @@ from tuner.search.space import SearchSpace
 from tuner.search.study import open_study, run_search, trials_counted
 from tuner.store.heartbeat import JournalHeartbeat
 from tuner.store.retry import storage_failure
-from tuner.tracking import RunState, TrackingError, open_tracker
+from tuner.tracking import TAG_NOTE, RunState, Tracker, TrackingError, open_tracker, review_link
 from tuner.traffic import (
     ReplayWindow,
     TrafficError,
@@ -61,6 +69,7 @@ from tuner.trials.executors import Executors, open_executors
 from tuner.trials.http_executor import HttpExecutor
 from tuner.trials.metrics import allowed_failures
 from tuner.trials.supervisor import WorkerStartError
+from tuner.vllm import vllm_yaml
 
 log = logging.getLogger("pagetune")
 
@@ -200,6 +209,8 @@ def _job(cfg: DictConfig, out_dir: Path, interrupts: Interrupts) -> int:
     try:
         traffic, search, held_out, rates = _inputs(app)
         console.line(f"traffic: {traffic.summary()}")
+        if arrivals := grouped_arrivals(search):  # said before the search: it can leave no rate meeting the SLO
+            console.line(f"arrivals: {arrivals}")
         console.lines(list(executors.notes))
         hardware = executors.search.describe(app.runtime)
         try:
@@ -301,33 +312,27 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
     finally:
         bar.close()
     try:
-        plot_paths = study_plots(app, study, c, out_dir / "plots")
+        plot_paths = study_plots(app, study, c, out_dir / "plots", (held_out or search).rate_rps)
     except OSError as e:
         raise ExportError(e.filename or out_dir / "plots", e) from None
     checked = fidelity(c, executors.sim, out_dir) if executors.sim and executors.measure is not executors.sim else None
+    simulated = executors.sim is not None and executors.measure is executors.sim  # the verdict's figures
     inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
                            [p.name for p in plot_paths], list(HydraConfig.get().overrides.task), executors.figures,
-                           checked.lines if checked else ())
+                           checked.lines if checked else (), simulated,
+                           vllm_yaml(c.exported.config.to_dict()).unexpressed)
     paths = write_exports(out_dir, runtime=c.exported.config.to_dict(),
-                          metadata=export_metadata(app, study, c, traffic, hardware.summary, executors.figures),
+                          metadata=export_metadata(app, study, c, traffic, hardware.summary, executors.figures,
+                                                   simulated),
                           report_md=render_report(inputs))
     refit = [checked.refit_path] if checked and checked.refit_path else []
     tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plot_paths, *refit],
-                                _study_metrics(c), {"pagetune.verdict": c.verdict.headline})
+                                study_metrics(c), {"pagetune.verdict": verdict_text(c, simulated),
+                                                   TAG_NOTE: study_note(inputs)}, study_history(study))
     tracker.finish_study(parent)
-    console.lines(summary_lines(c, inputs, paths, app.tracking.uri))
+    link = review_link(tracker.experiment_id(), parent) if isinstance(tracker, Tracker) and tracker.enabled else ""
+    console.lines(summary_lines(c, inputs, paths, app.tracking.uri, link))
     if checked:
         console.lines(["simulated and measured:", *[f"  {line}" for line in checked.lines]])
     return 0
 
-
-def _study_metrics(c) -> dict[str, float]:
-    metrics = {"improved": float(c.verdict.improved)}
-    value = c.proof.median(c.exported.label)
-    if value is not None:
-        metrics["exported_value"] = value
-    if c.verdict.interval is not None:
-        i = c.verdict.interval
-        metrics |= {"pick_minus_baseline": i.mean, "pick_minus_baseline_low": i.low,
-                    "pick_minus_baseline_high": i.high}
-    return metrics

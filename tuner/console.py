@@ -17,6 +17,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from tuner.redact import mask_text
 from tuner.search.space import is_baseline
 from tuner.search.study import INTERRUPTED, TrialFailed
+from tuner.tracking import rounded
 from tuner.trials.job import TrialOutcome, TrialStatus
 
 __all__ = ["SATURATED_WARNING", "Console", "interrupted_line", "quiet_failed_trial_tracebacks", "trial_line"]
@@ -27,7 +28,7 @@ SATURATED_WARNING = ("warning: the baseline met the SLO with the whole search wi
 
 
 def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[str, float]) -> str:
-    knobs = ", ".join(f"{k}={v}" for k, v in trial.params.items())
+    knobs = ", ".join(f"{k}={rounded(v)}" for k, v in trial.params.items())
     head = f"trial {trial.number}{' (baseline)' if is_baseline(trial) else ''}"
     if outcome.status is TrialStatus.ok and "capacity_rps" in metrics:
         cost = f"{metrics['probes']:.0f} probes, {metrics['replays']:.0f} replays"

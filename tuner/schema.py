@@ -9,6 +9,7 @@ paths become strings, and a required field is null until set. `tuner.config` reg
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable
 from dataclasses import field
 from pathlib import Path
@@ -63,3 +64,43 @@ def _twin_value(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_twin_value(v) for v in value]
     return value
+
+
+# --- command-line keys ------------------------------------------------------------------------------------
+
+def schema_keys(cls: type, prefix: str = "") -> tuple[set[str], set[str]]:
+    """(every dotted key of `cls`'s fields, nested dataclasses walked; the keys below which any key goes: dicts)."""
+    keys: set[str] = set()
+    open_ended: set[str] = set()
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key, hint = f"{prefix}{f.name}", hints[f.name]
+        keys.add(key)
+        inner = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, UnionType) else []
+        hint = inner[0] if len(inner) == 1 else hint
+        if dataclasses.is_dataclass(hint):
+            sub, sub_open = schema_keys(hint, f"{key}.")
+            keys |= sub
+            open_ended |= sub_open
+        elif get_origin(hint) is dict or hint is dict or hint is Any:
+            open_ended.add(key)
+    return keys, open_ended
+
+
+def unknown_override(overrides: list[str], cls: type, groups: set[str]) -> str | None:
+    """The first `key=value` argument whose key is not in `cls`'s schema (nor a config group, nor Hydra's), as one
+    line naming the key meant; None when every key is known. Hydra's own answer ("To append to your config use
+    +key=value") sends a mistyped key on to fail against the schema."""
+    keys, open_ended = schema_keys(cls)
+    for arg in overrides:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key = arg.split("=", 1)[0].lstrip("+~")
+        if key.split(".")[0].split("/")[0] == "hydra" or key in keys or key in groups or key.split("/")[0] in groups:
+            continue
+        if any(key.startswith(f"{k}.") for k in open_ended):
+            continue
+        meant = difflib.get_close_matches(key, sorted(keys | groups), n=1, cutoff=0.6)
+        hint = f"did you mean {meant[0]}?" if meant else "see `python -m tuner --cfg job` for every key"
+        return f"{arg}: {key} is not a pagetune setting; {hint}"
+    return None

@@ -158,6 +158,7 @@ class VllmExport(NamedTuple):
     text: str  # the whole vllm.yaml, comments included
     args: dict[str, Any]  # what a YAML loader reads from `text`: option (or no-option) -> value
     unmapped: dict[str, Any]  # dotted pagetune key -> value, for knobs vLLM has no option for
+    unexpressed: tuple[str, ...] = ()  # knobs set off the runtime's default that vLLM cannot express, "-> instead"
 
 
 class _Entry(NamedTuple):
@@ -189,7 +190,35 @@ def vllm_yaml(config: Mapping[str, Any], *, model_path: str | None = None) -> Vl
     unset = [name for key, name in _MAPPED.items() if flat[key] is None and key != "kernel.cuda_graphs"]
     unmapped = {k: v for k, v in flat.items() if k not in _MAPPED or not _has_equivalent(k, v)}
     args = {e.key: e.value for e in entries if e.key is not None}
-    return VllmExport(_text(entries, unset, unmapped, engine.metadata or {}), args, unmapped)
+    unexpressed = _unexpressed(engine, unmapped, args)
+    return VllmExport(_text(entries, unset, unmapped, engine.metadata or {}, unexpressed), args, unmapped,
+                      unexpressed)
+
+
+# What vllm.yaml holds instead of a measured knob vLLM has no option for (pagetune key -> the words after "->").
+_INSTEAD = {
+    "cache.swap_space": "not written: vLLM {v} has no swap space option; its engine preempts by recompute",
+    "scheduler.preemption_mode": "not written: vLLM {v} has no preemption option; its engine preempts by recompute",
+    "kernel.pad_multiple": "not written: vLLM {v} pads batches to its own CUDA-graph sizes",
+    "cache.watermark": "not written: vLLM {v} admits requests by its own free-block rule",
+    "cache.kv_cache_dtype": "not written: kv-cache-dtype left to vLLM's auto (the model's dtype)",
+}
+
+
+def _unexpressed(engine: EngineConfig, unmapped: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[str, ...]:
+    """Each knob the config sets off the runtime's default that vLLM cannot express, and what the file holds
+    instead: the file is not the config pagetune measured."""
+    default = flatten(EngineConfig.from_mapping({"model": {"name": engine.model.name}}).to_dict())
+    lines = []
+    for key, value in unmapped.items():
+        if key in ("metadata", "device", "debug_integrity") or value == default.get(key):
+            continue
+        if key == "cache.block_tiers":
+            instead = f"block-size: {args['block-size']} (the tier with the largest KV share; the first of equal ones)"
+        else:
+            instead = _INSTEAD.get(key, "not written: vLLM {v} has no such option").format(v=VLLM_VERSION)
+        lines.append(f"{key}: {json.dumps(_round(value))} -> {instead}")
+    return tuple(lines)
 
 
 def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -276,10 +305,16 @@ def _effective_tiers(engine: EngineConfig) -> tuple[BlockTier, ...]:
     return engine.cache.block_tiers if max_len is None else engine.cache.tiers(max_len)
 
 
-def _text(entries: list[_Entry], unset: list[str], unmapped: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+def _text(entries: list[_Entry], unset: list[str], unmapped: Mapping[str, Any], meta: Mapping[str, Any],
+          unexpressed: tuple[str, ...]) -> str:
     study = f" study {meta.get('study', '?')}, trial {meta.get('trial', '?')}" if meta else ""
     lines = [f"# vllm serve --config vllm.yaml   (target: vLLM {VLLM_VERSION}; every key is one of its options)",
-             f"# From pagetune{study}; floats rounded to 4 significant digits."]
+             f"# From pagetune{study}; floats rounded to 4 significant digits.",
+             "# NOT MEASURED ON vLLM: pagetune measured this config on its own runtime; measure this file on vLLM "
+             "before you rely on its figures."]
+    if unexpressed:
+        lines += [f"# Measured knobs vLLM {VLLM_VERSION} cannot express, and what this file holds instead:"]
+        lines += [f"#   {line}" for line in unexpressed]
     for entry in entries:
         lines += [f"# {line}" for line in entry.comment.splitlines()]
         if entry.key is not None:

@@ -197,3 +197,32 @@ def test_conf_holds_no_copy_of_a_default():
     for group in ("runtime/default", "tuner/default", "slo/default", "storage/sqlite", "tracking/sqlite"):
         assert yaml.safe_load((CONF_DIR / f"{group}.yaml").read_text()) == {}, group
     assert set(yaml.safe_load((CONF_DIR / "config.yaml").read_text())) == {"defaults", "traffic", "hydra"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["tuner.n_trial=6"], "tuner.n_trial=6: tuner.n_trial is not a pagetune setting; did you mean tuner.n_trials?"),
+    (["+tuner.n_trial=6"], "+tuner.n_trial=6: tuner.n_trial is not a pagetune setting; did you mean tuner.n_trials?"),
+    (["runtime.cache.blok_size=8"], "runtime.cache.blok_size=8: runtime.cache.blok_size is not a pagetune setting; "
+                                    "did you mean runtime.cache.block_size?"),
+    (["foo=1"], "foo=1: foo is not a pagetune setting; see `python -m tuner --cfg job` for every key"),
+    (["+traffic=t.jsonl", "model=tiny", "executor=sim", "hydra.run.dir=x", "search.params.x.low=1",
+      "runtime.cache.block_size=8", "--cfg", "job"], None),
+])
+def test_a_mistyped_command_line_key_names_the_key_meant(args, message):
+    from tuner.config import CONF_DIR, AppConfig
+    from tuner.schema import unknown_override
+
+    assert unknown_override(args, AppConfig, {p.name for p in CONF_DIR.iterdir() if p.is_dir()}) == message
+
+
+def test_python_m_tuner_stops_on_a_mistyped_key_before_hydra(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.tuner.cli import ROOT
+
+    result = subprocess.run([sys.executable, "-m", "tuner", "+traffic=t.jsonl", "tuner.n_trial=6"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == ("error: tuner.n_trial=6: tuner.n_trial is not a pagetune setting; did you mean "
+                             "tuner.n_trials?\n")

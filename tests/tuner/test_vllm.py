@@ -144,6 +144,11 @@ def test_file_text():
     assert text.split("\n\n")[0] == """\
 # vllm serve --config vllm.yaml   (target: vLLM 0.33.0; every key is one of its options)
 # From pagetune; floats rounded to 4 significant digits.
+# NOT MEASURED ON vLLM: pagetune measured this config on its own runtime; measure this file on vLLM before you \
+rely on its figures.
+# Measured knobs vLLM 0.33.0 cannot express, and what this file holds instead:
+#   cache.watermark: 0.02 -> not written: vLLM 0.33.0 admits requests by its own free-block rule
+#   kernel.qk_clip: 30.0 -> not written: vLLM 0.33.0 has no such option
 # pagetune preset 'llama-3-8b' has random weights: replace it with the checkpoint (Hugging Face id or folder) \
 vLLM should serve
 model: llama-3-8b
@@ -195,6 +200,25 @@ def test_tiers_give_the_block_size_of_the_largest_share_and_are_listed():
             "# vLLM takes one block size: the one of the tier with the largest KV share.\nblock-size: 64\n"
             ) in export.text
     assert export.unmapped["cache.block_tiers"] == TIERS
+
+
+def test_the_header_names_each_measured_knob_vllm_cannot_express_and_what_it_holds_instead():
+    tiers = [{"max_len": 1024, "block_size": 8, "share": 0.5}, {"max_len": 8192, "block_size": 32, "share": 0.5}]
+    export = vllm_yaml(runtime(cache={"block_tiers": tiers, "swap_space": 2.456519136895919},
+                               scheduler={"preemption_mode": "swap"}, kernel={"pad_multiple": 16}))
+    assert export.unexpressed == (
+        'cache.block_tiers: [{"max_len": 1024, "block_size": 8, "share": 0.5}, {"max_len": 8192, "block_size": 32, '
+        '"share": 0.5}] -> block-size: 8 (the tier with the largest KV share; the first of equal ones)',
+        "cache.swap_space: 2.457 -> not written: vLLM 0.33.0 has no swap space option; its engine preempts by "
+        "recompute",
+        "cache.watermark: 0.02 -> not written: vLLM 0.33.0 admits requests by its own free-block rule",
+        'scheduler.preemption_mode: "swap" -> not written: vLLM 0.33.0 has no preemption option; its engine '
+        "preempts by recompute",
+        "kernel.qk_clip: 30.0 -> not written: vLLM 0.33.0 has no such option",
+        "kernel.pad_multiple: 16 -> not written: vLLM 0.33.0 pads batches to its own CUDA-graph sizes")
+    header = export.text.split("\nmodel:")[0]
+    assert all(f"#   {line}\n" in header for line in export.unexpressed)
+    assert vllm_yaml(EngineConfig().to_dict()).unexpressed == ()  # the runtime's defaults: nothing to name
 
 
 def test_tiers_are_the_runtime_s_effective_ones_for_max_model_len():

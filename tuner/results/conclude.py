@@ -13,6 +13,13 @@ import optuna
 
 from tuner.config import AppConfig, ObjectiveName
 from tuner.results.finalists import BASELINE, Candidate, Remeasured, choose, remeasure
+from tuner.results.no_capacity import (
+    NoCapacity,
+    empty_remeasured,
+    measure_at_trace_rate,
+    measures_zero,
+    no_capacity_verdict,
+)
 from tuner.results.verdict import Saturation, Verdict, paired_interval, verdict
 from tuner.traffic import ReplayWindow
 from tuner.trials.supervisor import Executor
@@ -32,6 +39,7 @@ class Conclusion(NamedTuple):
     proof: Remeasured  # pick and baseline, interleaved rounds on the proof window
     verdict: Verdict
     unit: str  # of every value: "req/s" (capacity, goodput) or "tok/s" (pareto's throughput)
+    no_capacity: NoCapacity | None = None  # every config measured 0: their p99s at the trace's own rate, ranked
 
     @property
     def exported(self) -> Candidate:
@@ -54,6 +62,11 @@ def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: Re
     if baseline is None:
         raise NoBaseline(f"study {study.study_name}: the baseline trial did not complete; see its failure "
                          "reason in the trial list above and in MLflow")
+    if measures_zero(app, [baseline, *finalists]):  # nothing to select or prove: rank at the trace's own rate
+        ranked = measure_at_trace_rate(executor, app, [baseline, *finalists], search, on_done)
+        empty = empty_remeasured(search, [baseline, *finalists])
+        return Conclusion(baseline, finalists, empty, baseline, empty, no_capacity_verdict(ranked, BASELINE),
+                          objective_unit(app), ranked)
     selection = remeasure(executor, app, [baseline, *finalists], search, app.validation.select_rounds, on_done)
     medians = {c.label: selection.median(c.label) for c in [baseline, *finalists]}
     pick = max([baseline, *finalists], key=lambda c: -1.0 if medians[c.label] is None else medians[c.label])

@@ -97,8 +97,9 @@ def provenance(now: datetime | None = None) -> dict[str, str]:
 
 def _best_text(config: EngineConfig) -> str:
     meta = config.metadata or {}
-    header = (f"# pagetune runtime config: study {meta.get('study', '?')}, {meta.get('config', 'trial')} "
-              f"(trial {meta.get('trial', '?')}).\n"
+    label, trial = meta.get("config"), meta.get("trial", "?")
+    which = f"trial {trial}" if label in (None, f"trial {trial}") else f"{label} (trial {trial})"  # never twice
+    header = (f"# pagetune runtime config: study {meta.get('study', '?')}, {which}.\n"
               f"# Verdict: {meta.get('verdict', '?')}\n"
               "# Load it with EngineConfig.from_yaml(PATH), or with Hydra: copy it to DIR/runtime/best.yaml\n"
               "# and run `python -m tuner runtime=best 'hydra.searchpath=[file://DIR]' ...`.\n")

@@ -3,7 +3,9 @@
 Built on matplotlib's object API (``Figure``, never ``pyplot``): no GUI, no global figure state, safe
 in worker processes and on headless machines. Each function writes one PNG and returns its path. A
 plot that cannot be drawn (too few trials, a single-objective study asked for a Pareto front, no
-latencies) is still written, showing why, so a report never has a missing file or a traceback.
+latencies) is still written, showing why, so a report never has a missing file or a traceback; the
+one exception is the importances, which are not written at all below MIN_IMPORTANCE_TRIALS (an empty
+image reads as a broken one: the report says why there is none).
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ import numpy as np
 import optuna
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = [
     "MIN_IMPORTANCE_TRIALS",
     "capacity_curve",
+    "importances_needed",
     "latency_cdf",
     "objective_label",
     "optimization_history",
     "param_importances",
     "pareto_front",
+    "pruned_points",
 ]
 
 # Below max(this, 2 per searched parameter) completed trials an importance estimate is noise; say so instead.
@@ -85,23 +90,36 @@ def _best_so_far(values: Sequence[float], direction: StudyDirection) -> list[flo
 
 def optimization_history(study: optuna.Study, path: Path | str,
                          objective_labels: Sequence[str] | None = None) -> Path:
-    """Objective value of every completed trial by trial number, with the best feasible so far.
+    """Objective value of every completed trial by trial number, with the best feasible so far; pruned trials
+    at the value they were stopped at (their last report), so a reviewer sees every trial that ran.
 
     One panel per objective. ``objective_labels`` (with units, e.g. "goodput (req/s)") default to
     the study's metric names.
     """
     trials = _completed(study)
-    if not trials:
+    pruned = pruned_points(study)
+    if not trials and not pruned:
         return _notice("Optimization history", "No completed trials yet.", path)
     names = _objective_names(study, objective_labels)
     fig = Figure(figsize=(7.0, 3.2 * len(names)), layout="constrained")
     for i, (name, direction) in enumerate(zip(names, study.directions)):
         ax = fig.add_subplot(len(names), 1, i + 1)
         _history_panel(ax, trials, i, direction)
+        if i == 0 and pruned:
+            ax.scatter([n for n, _ in pruned], [v for _, v in pruned], s=22, marker="v", facecolors="none",
+                       edgecolors="tab:purple", label="pruned trial (stopped at)")
+            ax.legend(loc="best", fontsize="small")
         ax.set_ylabel(name)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trials are numbered 0, 1, 2, ...
     fig.axes[-1].set_xlabel("trial number")
     fig.suptitle(f"Optimization history: {study.study_name}")
     return _save(fig, path)
+
+
+def pruned_points(study: optuna.Study) -> list[tuple[int, float]]:
+    """(trial number, the value it was stopped at: its last report) of every pruned trial that reported."""
+    return [(t.number, t.intermediate_values[t.last_step])
+            for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)) if t.last_step is not None]
 
 
 def _history_panel(ax: Axes, trials: Sequence[FrozenTrial], index: int, direction: StudyDirection) -> None:
@@ -151,15 +169,20 @@ def pareto_front(study: optuna.Study, path: Path | str,
     return _save(fig, path)
 
 
-def param_importances(study: optuna.Study, path: Path | str) -> Path:
-    """Optuna's parameter importances (PED-ANOVA; toward the Pareto front when multi-objective)."""
-    title = "Parameter importances"
+def importances_needed(study: optuna.Study) -> tuple[int, int]:
+    """(completed trials, completed trials an importance estimate needs: 10, and 2 per searched parameter)."""
     done = _completed(study)
-    n_done, n_params = len(done), len({name for t in done for name in t.params})
-    needed = max(MIN_IMPORTANCE_TRIALS, 2 * n_params)
+    n_params = len({name for t in done for name in t.params})
+    return len(done), max(MIN_IMPORTANCE_TRIALS, 2 * n_params)
+
+
+def param_importances(study: optuna.Study, path: Path | str) -> Path | None:
+    """Optuna's parameter importances (PED-ANOVA; toward the Pareto front when multi-objective); None (no file)
+    below `importances_needed`: an estimate from fewer trials is noise."""
+    title = "Parameter importances"
+    n_done, needed = importances_needed(study)
     if n_done < needed:
-        return _notice(title, f"Too few completed trials to rank {n_params} parameters: {n_done} "
-                       f"(needs at least {needed}: {MIN_IMPORTANCE_TRIALS}, and 2 per parameter).", path)
+        return None
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -202,10 +225,12 @@ def _cdf_curve(ax: Axes, seconds: Sequence[float | None], label: str, color: str
 
 
 def latency_cdf(best_latencies: Mapping[str, Sequence[float]],
-                baseline_latencies: Mapping[str, Sequence[float]], path: Path | str) -> Path:
+                baseline_latencies: Mapping[str, Sequence[float]], path: Path | str, rate: str = "",
+                best_label: str = "best") -> Path:
     """Empirical CDFs of per-request latencies (seconds in, plotted in ms), best vs. baseline.
 
-    One panel per metric name found in either mapping (e.g. ``ttft``, ``tpot``), in that order.
+    One panel per metric name found in either mapping (e.g. ``ttft``, ``tpot``), in that order. `rate` says at
+    which arrival rate they were measured ("at the trace's own rate, 4.1 req/s"), in the title.
     """
     metrics = list(dict.fromkeys([*best_latencies, *baseline_latencies]))
     if not metrics:
@@ -213,7 +238,7 @@ def latency_cdf(best_latencies: Mapping[str, Sequence[float]],
     fig = Figure(figsize=(6.0 * len(metrics), 4.2), layout="constrained")
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), i + 1)
-        drawn = _cdf_curve(ax, best_latencies.get(metric, ()), "best", _BEST, "-")
+        drawn = _cdf_curve(ax, best_latencies.get(metric, ()), best_label, _BEST, "-")
         drawn |= _cdf_curve(ax, baseline_latencies.get(metric, ()), "baseline", _BASELINE, "--")
         ax.set_title(f"{metric.upper()} CDF")
         ax.set_xlabel(f"{metric.upper()} (ms)")
@@ -224,7 +249,7 @@ def latency_cdf(best_latencies: Mapping[str, Sequence[float]],
             ax.legend(loc="lower right", fontsize="small")
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    fig.suptitle("Per-request latency: best vs. baseline")
+    fig.suptitle(f"Per-request latency: {best_label} vs. baseline" + (f", {rate}" if rate else ""))
     return _save(fig, path)
 
 

@@ -13,7 +13,10 @@ from typing import Any
 from tuner.results.conclude import Conclusion
 from tuner.results.finalists import Remeasured
 
-__all__ = ["ReportInputs", "headline_lines", "render_report"]
+__all__ = ["ReportInputs", "headline_lines", "render_report", "study_note", "verdict_text"]
+
+SIM_PROOF = ("simulated, so its interval is the bisection's resolution, not noise; measure it on the GPU with "
+             "tuner.fidelity=sim+real")
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,23 @@ class ReportInputs:
     plots: Sequence[str] = ()  # file names under plots/
     figures: str = "measured on the real runtime"  # or simulated, and from which GPU profile
     fidelity_lines: Sequence[str] = ()  # sim+real: simulated vs measured per candidate, the profile's refit
+    simulated: bool = False  # the verdict's figures are simulated (executor=sim without sim+real)
+    arrivals: str = ""  # requests arriving in groups at one instant, when they are many (traffic.ArrivalGroups)
+    vllm_unexpressed: Sequence[str] = ()  # measured knobs vllm.yaml cannot hold, with what it holds instead
+
+
+def verdict_text(c: Conclusion, simulated: bool) -> str:
+    """The verdict line, the same in the console, report.md, best.yaml and MLflow: a simulated one says so."""
+    if not simulated:
+        return c.verdict.headline
+    proof = SIM_PROOF if c.verdict.interval is not None else SIM_PROOF.split("; ", 1)[1]
+    return f"simulated: {c.verdict.headline} ({proof})"
 
 
 def render_report(inputs: ReportInputs) -> str:
     c = inputs.conclusion
-    parts = [_headline(inputs), _knobs(c, inputs.inert), _selection(c), _proof(c)]
+    parts = [_headline(inputs), _knobs(c, inputs.inert)]
+    parts += [_at_trace_rate(inputs)] if c.no_capacity is not None else [_selection(c), _proof(c)]
     if inputs.fidelity_lines:
         parts.append("## Simulated and measured\n\n" + "\n".join(f"- {line}" for line in inputs.fidelity_lines))
     if inputs.search_lines:
@@ -51,6 +66,12 @@ def render_report(inputs: ReportInputs) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def study_note(inputs: ReportInputs) -> str:
+    """The parent run's description in MLflow (markdown): the verdict and the figures behind it."""
+    return "\n".join([*headline_lines(inputs), "", "The whole report: the run's `report.md` artifact; plots under "
+                      "its artifacts."])
+
+
 def _headline(inputs: ReportInputs) -> str:
     return "\n".join([f"# pagetune report: study `{inputs.study_name}`", "", *headline_lines(inputs)])
 
@@ -59,19 +80,52 @@ def headline_lines(inputs: ReportInputs) -> list[str]:
     """The verdict and the figures behind it: the report's first lines and the console's closing summary."""
     c = inputs.conclusion
     exported = c.exported
-    value = c.proof.median(exported.label)
-    lines = [f"**Verdict: {c.verdict.headline}.**", "",
+    lines = [f"**Verdict: {verdict_text(c, inputs.simulated)}.**", "",
              f"- Exported (best.yaml): **{exported.label}**"
-             + (f"; runner-up not exported: {c.runner_up.label}" if c.runner_up else ""),
-             f"- {inputs.objective.capitalize()} of the exported config on the proof window: "
-             f"{_num(value)} {c.unit} (median of {_done(c.proof, exported.label)} rounds)",
-             *[f"- {line}" for line in inputs.capacity_reading],
-             f"- Method: {c.verdict.method}; the pick was chosen on other replays (the search window).",
-             f"- Figures: {inputs.figures}",
-             f"- SLO: {inputs.slo}", f"- Traffic: {inputs.traffic}", f"- Windows: {inputs.windows}"]
-    if value is not None and value == 0:
-        lines.append("- **The SLO is not met at any rate tried**: every request is slower than the SLO allows.")
+             + (f"; runner-up not exported: {c.runner_up.label}" if c.runner_up else "")]
+    if c.no_capacity is None:
+        value, rounds = c.proof.median(exported.label), _done(c.proof, exported.label)
+        lines += [f"- {inputs.objective.capitalize()} of the exported config on the proof window: "
+                  f"{_num(value)} {c.unit} (median of {rounds} rounds)",
+                  *[f"- {line}" for line in inputs.capacity_reading],
+                  f"- Method: {c.verdict.method}; the pick was chosen on other replays (the search window)."]
+    else:
+        lines += [f"- Method: {c.verdict.method}.", *_no_capacity_lines(c)]
+    lines += [f"- Figures: {inputs.figures}", f"- SLO: {inputs.slo}", f"- Traffic: {inputs.traffic}",
+              f"- Windows: {inputs.windows}"]
+    if inputs.arrivals:
+        lines.append(f"- Arrivals: {inputs.arrivals}")
+    lines.append("- vllm.yaml was not measured on vLLM: it is the exported config as far as vLLM can express it"
+                 + ("; not expressible (its header says what it holds instead): " + "; ".join(inputs.vllm_unexpressed)
+                    if inputs.vllm_unexpressed else ""))
+    if c.no_capacity is None and c.proof.median(exported.label) == 0:
+        lines.append("- **The SLO is not met at any rate tried** (down to the lowest rate scale the search tries).")
     return lines
+
+
+def _no_capacity_lines(c: Conclusion) -> list[str]:
+    """Every config measured 0: its p99s at the trace's own rate, the ranking, the SLO a capacity search can use."""
+    nc = c.no_capacity
+    lines = [f"- **No rate tried meets the SLO for any config.** At the trace's own rate ({nc.rate_rps:.4g} req/s), "
+             "ranked by SLO load (the ratio to the SLO of the request at the attainment target; <= 1 meets it):"]
+    lines += [f"  {rank}. {a.label}: TTFT p99 {_num(a.ttft_p99_s)} s, TPOT p99 {_num(a.tpot_p99_s)} s, "
+              f"{a.meets:.1%} of requests meet the SLO, SLO load {_num(a.load)}"
+              for rank, a in enumerate(nc.ranking, 1)]
+    if nc.proposed is not None:
+        lines.append(f"- Proposed SLO for a capacity search: slo.ttft_s={nc.proposed.ttft_s:g} "
+                     f"slo.tpot_s={nc.proposed.tpot_s:g} ({nc.best.label} meets it at the trace's own rate)")
+    return lines
+
+
+def _at_trace_rate(inputs: ReportInputs) -> str:
+    nc = inputs.conclusion.no_capacity
+    rows = ["## At the trace's own rate: no config has a capacity", "",
+            f"Every config measured capacity 0 (no rate tried meets the SLO), so selection and proof were skipped. "
+            f"Each config replayed the search window once at its own rate ({nc.rate_rps:.4g} req/s), to its end.", "",
+            "| rank | config | TTFT p99 (s) | TPOT p99 (s) | meet the SLO | SLO load |", "|---|---|---|---|---|---|"]
+    rows += [f"| {rank} | {a.label} | {_num(a.ttft_p99_s)} | {_num(a.tpot_p99_s)} | {a.meets:.1%} | {_num(a.load)} |"
+             for rank, a in enumerate(nc.ranking, 1)]
+    return "\n".join(rows)
 
 
 def _knobs(c: Conclusion, inert: Sequence[str]) -> str:

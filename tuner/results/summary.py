@@ -17,12 +17,13 @@ from tuner.results import plots
 from tuner.results.conclude import Conclusion
 from tuner.results.export import ExportPaths, provenance
 from tuner.results.finalists import BASELINE
-from tuner.results.report import ReportInputs, headline_lines
+from tuner.results.report import ReportInputs, headline_lines, verdict_text
 from tuner.search.objective import Rates
 from tuner.search.study import INTERRUPTED
-from tuner.traffic import ReplayWindow, TrafficLoad, max_model_len_candidates
+from tuner.traffic import GROUPED_SHARE, ReplayWindow, TrafficLoad, arrival_groups, max_model_len_candidates
 
-__all__ = ["export_metadata", "report_inputs", "study_plots", "summary_lines"]
+__all__ = ["export_metadata", "grouped_arrivals", "report_inputs", "study_history", "study_metrics", "study_plots",
+           "summary_lines"]
 
 
 def _slo(app: AppConfig) -> str:
@@ -82,6 +83,11 @@ def _notes(study: optuna.Study, c: Conclusion, traffic: TrafficLoad) -> list[str
              for t in study.get_trials(deepcopy=False)
              if t.state is TrialState.FAIL or t.user_attrs.get("status") not in (None, "ok")]
     notes += [f"re-measurement failed: {f}" for f in (*c.selection.failed, *c.proof.failed)]
+    notes += [f"replay failed: {f}" for f in (c.no_capacity.failed if c.no_capacity else ())]
+    done, needed = plots.importances_needed(study)
+    if done < needed:
+        notes.append(f"no parameter importances plot: {done} completed trials, an estimate needs {needed} "
+                     f"({plots.MIN_IMPORTANCE_TRIALS}, and 2 per searched parameter)")
     if traffic.skipped_count or traffic.rejected_too_long or traffic.truncated:
         notes.append(f"traffic: {traffic.skipped_count} lines skipped, {traffic.rejected_too_long} requests "
                      f"rejected as too long, {traffic.truncated} truncated")
@@ -98,7 +104,8 @@ def reproduce_command(overrides: Sequence[str], study_name: str) -> str:
 def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad, rates: Rates,
                   windows: tuple[ReplayWindow, ReplayWindow | None], inert: Sequence[str],
                   plot_names: Sequence[str], overrides: Sequence[str], figures: str = "measured on the real runtime",
-                  fidelity_lines: Sequence[str] = ()) -> ReportInputs:
+                  fidelity_lines: Sequence[str] = (), simulated: bool = False,
+                  vllm_unexpressed: Sequence[str] = ()) -> ReportInputs:
     return ReportInputs(
         study_name=study.study_name, conclusion=c, objective=app.tuner.objective.value, slo=_slo(app),
         traffic=f"{Path(traffic.path).name} ({traffic.format}, {len(traffic.requests)} requests, "
@@ -109,49 +116,137 @@ def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: T
                                   for m in max_model_len_candidates(traffic.logged_totals)],
         reproduce_command=reproduce_command(overrides, study.study_name),
         tracking_uri=mask_url(app.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names,
-        figures=figures, fidelity_lines=fidelity_lines)
+        figures=figures, fidelity_lines=fidelity_lines, simulated=simulated, arrivals=grouped_arrivals(windows[0]),
+        vllm_unexpressed=vllm_unexpressed)
 
 
-def study_plots(app: AppConfig, study: optuna.Study, c: Conclusion, folder: Path) -> list[Path]:
+def grouped_arrivals(window: ReplayWindow) -> str:
+    """The search window's arrivals in groups at one instant, when they are a large share; else ""."""
+    groups = arrival_groups(window.requests)
+    return groups.line() if groups.share >= GROUPED_SHARE else ""
+
+
+def study_plots(app: AppConfig, study: optuna.Study, c: Conclusion, folder: Path,
+                rate_rps: float | None = None) -> list[Path]:
+    """The study's plots; `rate_rps` (the proof window's own rate, req/s) labels a goodput or pareto latency CDF."""
     folder.mkdir(parents=True, exist_ok=True)
     label = plots.objective_label(app.tuner.objective.value)
-    made = [plots.optimization_history(study, folder / "optimization_history.png", label),
-            plots.param_importances(study, folder / "param_importances.png")]
+    made = [plots.optimization_history(study, folder / "optimization_history.png", label)]
+    importances = plots.param_importances(study, folder / "param_importances.png")
+    made += [importances] if importances is not None else []
     if app.tuner.objective is ObjectiveName.pareto:
         made.append(plots.pareto_front(study, folder / "pareto_front.png", label))
+    if c.no_capacity is not None:  # no capacity to plot: the latencies at the trace's own rate
+        rows = {a.label: a.rows for a in c.no_capacity.ranking}
+        best = c.no_capacity.best.label if c.no_capacity.best else BASELINE
+        made.append(plots.latency_cdf(_latencies(rows.get(best, ())), _latencies(rows.get(BASELINE, ())),
+                                      folder / "latency_cdf.png", _rate_label(c.no_capacity.rate_rps, "own rate"),
+                                      best))
+        return made
     if app.tuner.objective is ObjectiveName.capacity:
         labels = {"baseline": BASELINE} | ({"pick": c.pick.label} if c.pick.label != BASELINE else {})
         curves = {name: c.proof.probes[label] for name, label in labels.items()}
         made.append(plots.capacity_curve(curves, app.slo.attainment, folder / "capacity.png"))
+        rate = "each at its capacity, the highest rate meeting the SLO" + _first_rates(c)
+    else:
+        rate = _rate_label(rate_rps, "recorded rate")
     made.append(plots.latency_cdf(_latencies(c.proof.rows.get(c.pick.label, ())),
-                                  _latencies(c.proof.rows.get(BASELINE, ())), folder / "latency_cdf.png"))
+                                  _latencies(c.proof.rows.get(BASELINE, ())), folder / "latency_cdf.png", rate))
     return made
+
+
+def _first_rates(c: Conclusion) -> str:
+    """The rates of the proof measurements whose latencies the CDF draws (each config's first one that completed)."""
+    labels = {"pick": c.pick.label, "baseline": BASELINE} if c.pick.label != BASELINE else {"baseline": BASELINE}
+    firsts = {name: next((v for v in c.proof.values.get(label, []) if v is not None), None)
+              for name, label in labels.items()}
+    rates = [f"{name} {value:.4g} req/s" for name, value in firsts.items() if value is not None]
+    return f" ({', '.join(rates)})" if rates else ""
+
+
+def _rate_label(rate_rps: float | None, what: str) -> str:
+    return f"at the trace's {what}" + (f", {rate_rps:.4g} req/s" if rate_rps is not None else "")
 
 
 def _latencies(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     return {k: [r[f"{k}_s"] for r in rows if r[f"{k}_s"] is not None] for k in ("ttft", "tpot")}
 
 
-def summary_lines(c: Conclusion, report: ReportInputs, paths: ExportPaths, tracking_uri: str) -> list[str]:
-    """The console's closing summary: the report's headline, then where everything is."""
+def summary_lines(c: Conclusion, report: ReportInputs, paths: ExportPaths, tracking_uri: str,
+                  review_link: str = "") -> list[str]:
+    """The console's closing summary: the report's headline, then where everything is; `review_link` the study's
+    run in MLflow's model-training view."""
     headline = [line.removeprefix("- ").replace("**", "") for line in headline_lines(report) if line]
-    return ["", *headline, f"best.yaml:  {paths.best}", f"vllm.yaml:  {paths.vllm}", f"report.md:  {paths.report}",
-            f"review:     mlflow ui --backend-store-uri {mask_url(tracking_uri)}"]
+    lines = ["", *headline, f"best.yaml:  {paths.best}", f"vllm.yaml:  {paths.vllm}", f"report.md:  {paths.report}",
+             f"review:     mlflow ui --backend-store-uri {mask_url(tracking_uri)}"]
+    return lines + ([f"            then open {review_link}"] if review_link else [])
 
 
 def export_metadata(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad,
-                    hardware: str, figures: str = "measured on the real runtime") -> dict[str, Any]:
+                    hardware: str, figures: str = "measured on the real runtime",
+                    simulated: bool = False) -> dict[str, Any]:
     """best.yaml's provenance: the verdict and its interval, and the runner-up beside it; `figures` says whether
     they were measured or simulated (and from which GPU profile)."""
     interval = c.verdict.interval
     meta = {"study": study.study_name, "trial": c.exported.trial, "config": c.exported.label,
-            "verdict": c.verdict.headline, "method": c.verdict.method,
-            "value": c.proof.median(c.exported.label), "unit": c.unit, "objective": app.tuner.objective.value,
+            "verdict": verdict_text(c, simulated), "method": c.verdict.method,
+            "value": c.proof.median(c.exported.label) if c.no_capacity is None else 0.0, "unit": c.unit,
+            "objective": app.tuner.objective.value,
             "traffic_sha256": traffic.sha256, "model": app.runtime.model.name, "hardware": hardware,
             "figures": figures, "baseline": app.baseline.value, **provenance()}
     if interval is not None:
         meta["interval"] = {"mean": interval.mean, "low": interval.low, "high": interval.high,
                             "rounds": interval.rounds}
+    if c.no_capacity is not None:
+        meta["at_trace_rate"] = _at_trace_rate_meta(c)
     if c.runner_up is not None:
         meta["runner_up"] = {"trial": c.runner_up.trial, "runtime": c.runner_up.config.to_dict()}
+    return meta
+
+
+def study_metrics(c: Conclusion) -> dict[str, float]:
+    """The parent run's headline figures: the exported and the baseline value, the interval, or (every config at 0)
+    the best SLO load at the trace's own rate and the proposed SLO."""
+    metrics = {"improved": float(c.verdict.improved)}
+    for name, label in (("exported_value", c.exported.label), ("baseline_value", BASELINE)):
+        if (value := c.proof.median(label)) is not None:
+            metrics[name] = value
+    if c.verdict.interval is not None:
+        i = c.verdict.interval
+        metrics |= {"pick_minus_baseline": i.mean, "pick_minus_baseline_low": i.low,
+                    "pick_minus_baseline_high": i.high}
+    if c.no_capacity is not None and c.no_capacity.best is not None:
+        best = c.no_capacity.best
+        metrics |= {"best_slo_load_at_trace_rate": best.load, "best_ttft_p99_s_at_trace_rate": best.ttft_p99_s,
+                    "best_tpot_p99_s_at_trace_rate": best.tpot_p99_s}
+        if c.no_capacity.proposed is not None:
+            metrics |= {"proposed_slo_ttft_s": c.no_capacity.proposed.ttft_s,
+                        "proposed_slo_tpot_s": c.no_capacity.proposed.tpot_s}
+    return metrics
+
+
+def study_history(study: optuna.Study) -> dict[str, list[tuple[int, float]]]:
+    """Per trial, step = its number: the search's value (a pruned trial's where it stopped) and the TTFT and TPOT
+    p99 it recorded; MLflow charts them on the parent run (the optimization history, without opening a file)."""
+    history: dict[str, list[tuple[int, float]]] = {"trial_value": [], "trial_value_pruned": [],
+                                                   "trial_ttft_p99_s": [], "trial_tpot_p99_s": []}
+    for t in study.get_trials(deepcopy=False):
+        if t.state is TrialState.COMPLETE and t.values:
+            history["trial_value"].append((t.number, t.values[0]))
+        elif t.state is TrialState.PRUNED and t.last_step is not None:
+            history["trial_value_pruned"].append((t.number, t.intermediate_values[t.last_step]))
+        metrics = t.user_attrs.get("metrics", {})
+        for name in ("ttft_p99_s", "tpot_p99_s"):
+            if name in metrics:
+                history[f"trial_{name}"].append((t.number, metrics[name]))
+    return {k: v for k, v in history.items() if v}
+
+
+def _at_trace_rate_meta(c: Conclusion) -> dict[str, Any]:
+    nc = c.no_capacity
+    meta: dict[str, Any] = {"rate_rps": nc.rate_rps, "ranking": [
+        {"config": a.label, "ttft_p99_s": a.ttft_p99_s, "tpot_p99_s": a.tpot_p99_s, "meets_slo": a.meets,
+         "slo_load": a.load} for a in nc.ranking]}
+    if nc.proposed is not None:
+        meta["proposed_slo"] = {"ttft_s": nc.proposed.ttft_s, "tpot_s": nc.proposed.tpot_s}
     return meta

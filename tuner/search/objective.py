@@ -218,4 +218,4 @@ class TrialRunner:
 def _run_state(status: TrialStatus) -> RunState:
     if status in FAILED:
         return RunState.FAILED
-    return RunState.KILLED if status is TrialStatus.pruned else RunState.FINISHED
+    return RunState.FINISHED  # a pruned trial too: it ran as planned and stopped (its reason tagged), not a crash

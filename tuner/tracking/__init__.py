@@ -10,6 +10,7 @@ from tuner.tracking.payloads import (
     CONFIG_ARTIFACT,
     LATENCY_ARTIFACT,
     REASON_ARTIFACT,
+    TAG_NOTE,
     TAG_REASON,
     TAG_STUDY,
     TAG_TRIAL,
@@ -17,6 +18,8 @@ from tuner.tracking.payloads import (
     OnUnreachable,
     RunState,
     TrackingError,
+    review_link,
+    rounded,
 )
 from tuner.tracking.tracker import Tracker, open_tracker
 
@@ -24,6 +27,7 @@ __all__ = [
     "CONFIG_ARTIFACT",
     "LATENCY_ARTIFACT",
     "REASON_ARTIFACT",
+    "TAG_NOTE",
     "TAG_REASON",
     "TAG_STUDY",
     "TAG_TRIAL",
@@ -34,4 +38,6 @@ __all__ = [
     "Tracker",
     "TrackingError",
     "open_tracker",
+    "review_link",
+    "rounded",
 ]

@@ -86,9 +86,11 @@ class FallbackTracker(TrialLogging):
         return []
 
     def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
-                            tags: Mapping[str, str] | None = None) -> None:
+                            tags: Mapping[str, str] | None = None,
+                            history: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> None:
         self._append("study_artifacts", {"run_id": parent_run_id, "files": [str(Path(f)) for f in files],
-                                         "metrics": dict(metrics), "tags": dict(tags or {})})
+                                         "metrics": dict(metrics), "tags": dict(tags or {}),
+                                         "history": {k: [list(p) for p in v] for k, v in (history or {}).items()}})
 
     def finish_study(self, parent_run_id: str, state: RunState | str = RunState.FINISHED) -> None:
         self._append("study_finish", {"run_id": parent_run_id, "state": RunState(state)})

@@ -21,9 +21,11 @@ TAG_STUDY = "pagetune.study"
 TAG_ROLE = "pagetune.role"  # "study" on the parent, "trial" on each child
 TAG_TRIAL = "pagetune.trial_number"
 TAG_REASON = "pagetune.failure_reason"
+TAG_STOP_REASON = "pagetune.stop_reason"  # a trial stopped early on purpose (pruned): FINISHED, not failed
 TAG_SKIPPED = "pagetune.skipped_metrics"
 TAG_TRUNCATED = "pagetune.truncated_params"
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own key: the UI nests children under the parent with it
+TAG_NOTE = "mlflow.note.content"  # MLflow's own key: the run's description (markdown) on its page
 ROLE_STUDY = "study"
 ROLE_TRIAL = "trial"
 
@@ -34,7 +36,18 @@ WORKER_DIED = "worker died"
 
 MAX_PARAM_CHARS = 500
 MAX_TAG_CHARS = 5000  # MLflow allows 8000; the full text of a long reason goes to failure.txt
+MAX_NOTE_CHARS = 8000  # a description is a tag too; MLflow's limit
 _ELLIPSIS = "..."
+
+
+MLFLOW_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
+
+def review_link(experiment_id: str, run_id: str, ui: str = MLFLOW_UI) -> str:
+    """The run's page in MLflow's model-training view (runs, metrics, charts). MLflow 3.17's UI picks GenAI or
+    model training from its `workflowType` setting (GenAI by default), not from the experiment's kind tag; the
+    query names it, and the UI keeps it on every link from there."""
+    return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
 
 class TrackingError(RuntimeError):
@@ -70,14 +83,27 @@ def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(_ELLIPSIS)] + _ELLIPSIS
 
 
+def rounded(value: Any) -> Any:
+    """Floats to 6 significant digits, inside lists and mappings too: a sampled 2.456519136895919 or a stepped
+    0.7000000000000001 reads 2.45652 and 0.7 (a knob has no meaning past that)."""
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.6g}")
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: rounded(v) for k, v in value.items()}
+    return value
+
+
 def stringify(value: Any) -> str:
-    """A param value as text: strings as they are, everything else as JSON (`true`, `null`, `[1, 2]`)."""
+    """A param value as text: strings as they are, everything else as JSON (`true`, `null`, `[1, 2]`), floats
+    rounded (`rounded`)."""
     if isinstance(value, str):
         return value
     if isinstance(value, Enum):
         return str(value.value)
     try:
-        return json.dumps(value, sort_keys=True)
+        return json.dumps(rounded(value), sort_keys=True)
     except (TypeError, ValueError):
         return str(value)
 
@@ -106,7 +132,8 @@ def split_metrics(metrics: Mapping[str, float]) -> Metrics:
 
 
 def tags_to_strings(tags: Mapping[str, Any]) -> dict[str, str]:
-    return {key: truncate(mask_text(stringify(value)), MAX_TAG_CHARS) for key, value in tags.items()}
+    return {key: truncate(mask_text(stringify(value)), MAX_NOTE_CHARS if key == TAG_NOTE else MAX_TAG_CHARS)
+            for key, value in tags.items()}
 
 
 def latency_csv(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -99,7 +99,8 @@ def _apply(tracker: Any, ids: _Ids, e: Mapping[str, Any]) -> None:
         tracker.mark_stale_running(ids.real(e["parent_run_id"]), e["alive_trial_numbers"])
     elif kind == "study_artifacts":
         files = [Path(f) for f in e["files"] if Path(f).exists()]
-        tracker.log_study_artifacts(ids.real(e["run_id"]), files, _floats(e["metrics"]), e["tags"])
+        history = {k: [(int(s), float(v)) for s, v in points] for k, points in e.get("history", {}).items()}
+        tracker.log_study_artifacts(ids.real(e["run_id"]), files, _floats(e["metrics"]), e["tags"], history)
     elif kind == "study_finish":
         tracker.finish_study(ids.real(e["run_id"]), RunState(e["state"]))
 

@@ -7,8 +7,9 @@ trials can be logged from one process and several processes can log to one store
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from mlflow import MlflowClient
 from mlflow.entities import LifecycleStage, Metric, Param, Run, RunStatus, RunTag
@@ -118,6 +119,15 @@ def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float])
         client.log_batch(run_id, metrics=items[i : i + _METRICS_PER_BATCH], synchronous=True)
     if split.skipped:
         log_tags(client, run_id, {TAG_SKIPPED: ",".join(split.skipped)})
+
+
+def log_history(client: MlflowClient, run_id: str, history: Mapping[str, Sequence[tuple[int, float]]]) -> None:
+    """Each name's (step, value) points, finite ones only: MLflow draws them as a chart over steps."""
+    now_ms = int(time.time() * 1000)
+    items = [Metric(k, float(v), now_ms, int(step)) for k, points in history.items() for step, v in points
+             if math.isfinite(v)]
+    for i in range(0, len(items), _METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=items[i : i + _METRICS_PER_BATCH], synchronous=True)
 
 
 def log_reason(client: MlflowClient, run_id: str, reason: str) -> None:

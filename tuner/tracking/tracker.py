@@ -8,7 +8,8 @@ died, ``mark_stale_running``; at the end ``log_study_artifacts`` and ``finish_st
 Idempotent by design, because studies resume and several workers share one study:
 - the parent is found by its ``pagetune.study`` tag; concurrent creators converge on the oldest;
 - a trial's child is found by its ``pagetune.trial_number`` tag and replaced on a retry;
-- every run ends FINISHED, FAILED or KILLED, never RUNNING.
+- every run ends FINISHED (a pruned trial too, its reason as its description), FAILED or KILLED (interrupted),
+  never RUNNING.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from tuner.tracking.payloads import (
     LATENCY_ARTIFACT,
     ROLE_STUDY,
     ROLE_TRIAL,
+    TAG_NOTE,
     TAG_PARENT,
     TAG_ROLE,
+    TAG_STOP_REASON,
     TAG_STUDY,
     TAG_TRIAL,
     TAG_TRUNCATED,
@@ -217,17 +220,20 @@ class Tracker(TrialLogging):
             time.sleep(wait_s)
 
     def log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
-                            tags: Mapping[str, str] | None = None) -> None:
-        """Attach study-level files (plots, report), metrics and tags (the verdict) to the parent run."""
+                            tags: Mapping[str, str] | None = None,
+                            history: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> None:
+        """Attach study-level files (plots, report), metrics, tags (the verdict, the description) and per-trial
+        histories (name -> (trial number, value): MLflow charts them by step) to the parent run."""
         parent_run_id = self._online(parent_run_id)
-        self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics, tags or {}),
-                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags), parent_run_id)
+        self._guard(lambda: self._log_study_artifacts(parent_run_id, files, metrics, tags or {}, history or {}),
+                    lambda fb: fb.log_study_artifacts(parent_run_id, files, metrics, tags, history), parent_run_id)
 
     def _log_study_artifacts(self, parent_run_id: str, files: Sequence[Path], metrics: Mapping[str, float],
-                             tags: Mapping[str, str]) -> None:
+                             tags: Mapping[str, str], history: Mapping[str, Sequence[tuple[int, float]]]) -> None:
         for path in files:
             self._client.log_artifact(parent_run_id, str(path))
         runs.log_metrics(self._client, parent_run_id, metrics)
+        runs.log_history(self._client, parent_run_id, history)
         if tags:
             runs.log_tags(self._client, parent_run_id, tags_to_strings(tags))
 
@@ -291,7 +297,10 @@ class Tracker(TrialLogging):
             runs.log_metrics(self._client, run_id, metrics)
             if latency_rows:
                 self._client.log_text(run_id, latency_csv(latency_rows), LATENCY_ARTIFACT)
-            if reason:
+            if reason and state is RunState.FINISHED:  # stopped early on purpose (pruned): why, as its description
+                runs.log_tags(self._client, run_id, tags_to_strings({TAG_STOP_REASON: reason,
+                                                                     TAG_NOTE: f"Stopped early: {reason}"}))
+            elif reason:
                 runs.log_reason(self._client, run_id, reason)
         finally:
             # Close the run even when a write failed, so it never stays RUNNING.

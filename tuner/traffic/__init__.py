@@ -8,7 +8,7 @@
     formats   the registry and content-based detection
     loader    load_traffic
     select    select (window, sample, cap, time scale), split_windows (search / validation)
-    stats     length_percentiles, max_model_len_candidates, arrival_rate, peak_rate
+    stats     length_percentiles, max_model_len_candidates, arrival_rate, peak_rate, arrival_groups
     synth     synthetic traffic generator (python -m tuner.traffic.synth --help)
 """
 
@@ -28,8 +28,11 @@ from tuner.traffic.requests import (
 )
 from tuner.traffic.select import ReplayWindow, Windows, rebase, select, split_windows
 from tuner.traffic.stats import (
+    GROUPED_SHARE,
+    ArrivalGroups,
     LengthPercentile,
     MaxLenCandidate,
+    arrival_groups,
     arrival_rate,
     length_percentiles,
     max_model_len_candidates,
@@ -41,10 +44,12 @@ SAMPLE_TRAFFIC = Path(__file__).resolve().parent.parent / "data" / "sample.jsonl
 
 __all__ = [
     "FORMATS",
+    "GROUPED_SHARE",
     "MAX_LINE_BYTES",
     "MAX_TOKENS",
     "SAMPLE_TRAFFIC",
     "TOKEN_ID_OFFSET",
+    "ArrivalGroups",
     "LengthPercentile",
     "MaxLenCandidate",
     "ReplayWindow",
@@ -53,6 +58,7 @@ __all__ = [
     "TrafficLoad",
     "TrafficRequest",
     "Windows",
+    "arrival_groups",
     "arrival_rate",
     "length_percentiles",
     "load_traffic",

@@ -85,3 +85,33 @@ def peak_rate(requests: Sequence[TrafficRequest], window_s: float = 60.0) -> flo
             start += 1
         most = max(most, end - start + 1)
     return most / window_s
+
+
+class ArrivalGroups(NamedTuple):
+    """Requests that arrive at one instant with others: no rate scale separates them."""
+
+    requests: int
+    instants: int  # distinct arrival times
+    grouped: int  # requests that share their arrival time with at least one other
+    largest: int  # the most requests at one instant
+
+    @property
+    def share(self) -> float:
+        return self.grouped / self.requests if self.requests else 0.0
+
+    def line(self) -> str:
+        return (f"{self.grouped} of {self.requests} requests ({self.share:.0%}) arrive with others at one instant "
+                f"({self.instants} distinct arrival times, up to {self.largest} at once): slowing the trace cannot "
+                "separate them, so their prefills share steps with decodes at every rate; if no rate meets the SLO, "
+                "the study ranks configs by their p99 at the trace's own rate and proposes an SLO")
+
+
+GROUPED_SHARE = 0.1  # above this share of grouped requests, the study says so before the search
+
+
+def arrival_groups(requests: Sequence[TrafficRequest]) -> ArrivalGroups:
+    counts: dict[float, int] = {}
+    for r in requests:
+        counts[r.arrival_s] = counts.get(r.arrival_s, 0) + 1
+    grouped = sum(n for n in counts.values() if n > 1)
+    return ArrivalGroups(len(requests), len(counts), grouped, max(counts.values(), default=0))

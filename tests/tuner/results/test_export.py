@@ -48,7 +48,7 @@ def test_best_yaml_loads_back_in_the_runtime(tmp_path):
     loaded = EngineConfig.from_yaml(paths.best)
     assert loaded == EngineConfig.from_mapping({**_with_tiers(TUNED), "metadata": META})
     assert loaded.metadata == META and loaded.cache.block_tiers[1].block_size == 64
-    assert paths.best.read_text().startswith("# pagetune runtime config: study s1, trial 12 (trial 12).\n"
+    assert paths.best.read_text().startswith("# pagetune runtime config: study s1, trial 12.\n"
                                              "# Verdict: improved: +1 req/s\n")
     assert paths.report.read_text() == "# r\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.yaml", "report.md", "vllm.yaml"]

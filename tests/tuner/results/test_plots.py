@@ -60,6 +60,19 @@ def test_optimization_history_single_and_multi_objective(single, multi, tmp_path
     assert n1 > 10_000 and n2 > 20_000
 
 
+def test_optimization_history_shows_pruned_trials_at_the_value_they_stopped_at(tmp_path):
+    def pruned_when_odd(trial: optuna.Trial) -> float:
+        trial.report(float(trial.number), 0)
+        if trial.number % 2:
+            raise optuna.TrialPruned()
+        return float(trial.number) + 0.5
+
+    study = _study(5, ["maximize"], pruned_when_odd)
+    assert plots.pruned_points(study) == [(1, 1.0), (3, 3.0)]
+    width, height, size = _png_size(plots.optimization_history(study, tmp_path / "h.png"))
+    assert (width, height) == (700, 320) and size > 10_000
+
+
 def test_pareto_front_of_a_multi_objective_study(multi, tmp_path):
     path = plots.pareto_front(multi, tmp_path / "nested" / "pareto.png", ["throughput (req/s)", "p99 (ms)"])
     width, height, size = _png_size(path)
@@ -77,18 +90,20 @@ def test_param_importances_ranks_the_params(single, tmp_path):
 
 
 @pytest.mark.parametrize("n_trials", [0, 2, 9])
-def test_param_importances_with_too_few_trials_writes_a_notice(n_trials, tmp_path):
-    """Below 10 completed trials (and 2 per searched parameter) an importance ranking is noise: a notice."""
+def test_param_importances_with_too_few_trials_writes_none(n_trials, tmp_path):
+    """Below 10 completed trials (and 2 per searched parameter) an importance ranking is noise: no image at all
+    (an empty one reads as broken); the report says why."""
     study = _study(n_trials, ["maximize"], _goodput)
-    width, height, size = _png_size(plots.param_importances(study, tmp_path / "imp.png"))
-    assert (width, height) == (640, 320) and 3_000 < size < 20_000
+    assert plots.param_importances(study, tmp_path / "imp.png") is None
+    assert not (tmp_path / "imp.png").exists()
+    assert plots.importances_needed(study)[0] == n_trials
 
 
 def test_param_importances_never_raises_on_a_param_that_never_varies(tmp_path):
     study = optuna.create_study(study_name="constant", direction="maximize")
-    for _ in range(4):
+    for _ in range(10):
         study.enqueue_trial({"x": 1.0, "cache.block_size": 16})
-    study.optimize(_goodput, n_trials=4)
+    study.optimize(_goodput, n_trials=10)
     width, height, size = _png_size(plots.param_importances(study, tmp_path / "imp.png"))
     assert (width, height) == (640, 320) and 3_000 < size < 20_000
 
@@ -96,7 +111,8 @@ def test_param_importances_never_raises_on_a_param_that_never_varies(tmp_path):
 def test_latency_cdf_best_vs_baseline(tmp_path):
     best = {"ttft": [0.05 * i for i in range(1, 101)], "tpot": [0.02] * 50 + [0.03] * 50}
     baseline = {"ttft": [0.1 * i for i in range(1, 101)] + [float("nan")], "tpot": []}
-    width, height, size = _png_size(plots.latency_cdf(best, baseline, tmp_path / "cdf.png"))
+    path = plots.latency_cdf(best, baseline, tmp_path / "cdf.png", "at the trace's own rate, 4.1 req/s")
+    width, height, size = _png_size(path)
     assert (width, height) == (1200, 420) and size > 20_000
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from runtime import EngineConfig
+from tuner.config import SloConfig
 from tuner.results.conclude import Conclusion
 from tuner.results.finalists import Candidate, Remeasured
-from tuner.results.report import ReportInputs, headline_lines, render_report
+from tuner.results.no_capacity import AtTraceRate, NoCapacity, empty_remeasured, no_capacity_verdict
+from tuner.results.report import ReportInputs, headline_lines, render_report, study_note, verdict_text
 from tuner.results.verdict import paired_interval, verdict
+from tuner.traffic import ReplayWindow
 
 BASE = Candidate("baseline", 0, EngineConfig(), 10.0,
                  {"use_tiers": False, "block_size": 16, "max_num_seqs": 256, "max_num_batched_tokens": None})
@@ -54,6 +57,7 @@ def test_report_of_an_improvement():
         "- SLO: TTFT <= 2 s, TPOT <= 0.1 s, attainment 99.0%",
         "- Traffic: logs.jsonl (native, 120 requests, sha256 0123456789ab)",
         "- Windows: search 96 requests at 4 req/s; held out 24 requests at 3.5 req/s (as replayed)",
+        "- vllm.yaml was not measured on vLLM: it is the exported config as far as vLLM can express it",
         "",
         "## Knobs that differ",
         "",
@@ -136,3 +140,40 @@ def test_reproduce_command_names_the_study_and_masks_secrets():
                                  "storage.url=postgresql+psycopg://u:pw@db/optuna"], "logs-1a2b3c4d")
     assert command == ("python -m tuner +traffic=logs.jsonl tuner.n_trials=6 "
                        "storage.url=postgresql+psycopg://u:***@db/optuna tuner.study_name=logs-1a2b3c4d")
+
+
+def test_a_simulated_verdict_says_so_in_the_line_itself_and_what_would_prove_it():
+    c = conclusion([12.0, 14.0, 13.0], [10.0, 10.0, 10.0])
+    assert verdict_text(c, simulated=True) == (
+        "simulated: improved: +3 req/s (+30.0%; 95% CI +0.5157 .. +5.484 req/s, +5.2% .. +54.8%) (simulated, so its "
+        "interval is the bisection's resolution, not noise; measure it on the GPU with tuner.fidelity=sim+real)")
+    assert verdict_text(c, simulated=False) == c.verdict.headline
+    lines = headline_lines(inputs(c, simulated=True))
+    assert lines[0] == f"**Verdict: {verdict_text(c, simulated=True)}.**"
+    assert study_note(inputs(c, simulated=True)).startswith(lines[0] + "\n")  # the MLflow run's description
+
+
+def test_every_config_at_zero_gets_its_p99s_at_the_trace_rate_a_ranking_and_a_proposed_slo():
+    window = ReplayWindow("search", (), 4.111)
+    ranked = NoCapacity([AtTraceRate("trial 3", 2.757, 0.0799, 0.842, 1.482, ()),
+                         AtTraceRate("baseline", 2.181, 0.2277, 0.789, 2.278, ())],
+                        SloConfig(ttft_s=3.0, tpot_s=0.1), 4.111, [])
+    empty = empty_remeasured(window, [BASE, PICK])
+    c = Conclusion(BASE, [PICK], empty, BASE, empty, no_capacity_verdict(ranked, "baseline"), "req/s", ranked)
+    report = render_report(inputs(c, capacity_reading=[], arrivals="38 of 38 requests (100%) arrive with others"))
+    lines = report.splitlines()
+    assert lines[2] == ("**Verdict: no capacity: no config meets the SLO at any rate tried; keep the baseline; trial 3 "
+                        "comes closest at the trace's own rate (ranking in the report).**")
+    assert lines[5:11] == [
+        "- Method: no selection or proof: every config measured 0; one replay per config at the trace's own rate, "
+        "ranked by SLO load.",
+        "- **No rate tried meets the SLO for any config.** At the trace's own rate (4.111 req/s), ranked by SLO load "
+        "(the ratio to the SLO of the request at the attainment target; <= 1 meets it):",
+        "  1. trial 3: TTFT p99 2.757 s, TPOT p99 0.0799 s, 84.2% of requests meet the SLO, SLO load 1.482",
+        "  2. baseline: TTFT p99 2.181 s, TPOT p99 0.2277 s, 78.9% of requests meet the SLO, SLO load 2.278",
+        "- Proposed SLO for a capacity search: slo.ttft_s=3 slo.tpot_s=0.1 (trial 3 meets it at the trace's own rate)",
+        "- Figures: measured on the real runtime"]
+    assert "- Arrivals: 38 of 38 requests (100%) arrive with others" in lines
+    assert "| 1 | trial 3 | 2.757 | 0.0799 | 84.2% | 1.482 |" in lines
+    assert "## Selection: fresh replays of the search window" not in report and "## Proof" not in report
+    assert "every request is slower" not in report

@@ -51,3 +51,16 @@ def test_stats_errors(call, message):
     with pytest.raises(TrafficError) as e:
         call()
     assert str(e.value) == message
+
+
+def test_arrival_groups_count_requests_sharing_an_instant():
+    from tuner.traffic import TrafficRequest, arrival_groups
+
+    def req(t: float) -> TrafficRequest:
+        return TrafficRequest(f"r:{t}", t, (1, 2), 3, "t.jsonl:1")
+
+    groups = arrival_groups([req(0.0), req(0.0), req(0.0), req(1.5), req(2.0), req(2.0)])
+    assert groups == (6, 3, 5, 3) and groups.share == 5 / 6
+    assert groups.line().startswith("5 of 6 requests (83%) arrive with others at one instant (3 distinct arrival "
+                                    "times, up to 3 at once): ")
+    assert arrival_groups([req(0.0), req(1.0)]).grouped == 0
