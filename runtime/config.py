@@ -156,7 +156,9 @@ class KernelConfig:
     split_kv_min_len: int = 2048  # decode contexts longer than this use split-KV
     # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax; None: no clamp
     qk_clip: float | None = field(default=None, metadata={NEUTRAL: None})
-    pad_multiple: int = 1  # pad token count and decode batch size up to a multiple of this
+    # pad token count and decode batch size up to a multiple of this; under CUDA graphs a step of up to
+    # max_cudagraph_capture_size tokens is padded to its graph bucket instead (pad_multiple acts past it)
+    pad_multiple: int = 1
     # CUDA graphs: decode-only steps of a one-tier engine whole, other steps in pieces (see the next field);
     # None: wherever they can run (CUDA, Triton attention), as vLLM captures unless told `--enforce-eager`;
     # false: none (eager)
