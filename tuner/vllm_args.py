@@ -23,6 +23,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from tuner.config import TunerConfigError
+
 __all__ = ["PINNED_VERSION", "VllmArgError", "VllmArgList", "VllmOptionSpec", "recorded_args"]
 
 PINNED_VERSION = "0.26.0"  # the release the shipped argument list and the GPU study are for
@@ -31,7 +33,7 @@ _FLAG_ACTIONS = ("BooleanOptionalAction", "_StoreTrueAction")
 _INT_TYPES = ("int", "human_readable_int", "human_readable_int_or_auto")
 
 
-class VllmArgError(ValueError):
+class VllmArgError(TunerConfigError):
     """A key or value the vLLM in use does not take; the message names the key and the version."""
 
 
