@@ -34,6 +34,7 @@ def probe() -> None:
 
 def handler(model: str, slots: threading.Semaphore, token_s: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        disable_nagle_algorithm = True  # each SSE chunk leaves at once, not after the client's delayed ACK
         def log_message(self, *args) -> None:  # quiet: the log keeps what the tests read
             pass
 
@@ -78,6 +79,11 @@ def handler(model: str, slots: threading.Semaphore, token_s: float) -> type[Base
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 256  # a burst of connections at once: 5 (the default) drops SYNs, retried a second later
+    daemon_threads = True
+
+
 def serve(argv: list[str]) -> None:
     config_file = argv[argv.index("--config") + 1]
     port = int(argv[argv.index("--port") + 1])
@@ -99,9 +105,8 @@ def serve(argv: list[str]) -> None:
             time.sleep(1)
     time.sleep(float(os.environ.get("STANDIN_START_S", "0")))
     slots = threading.Semaphore(int(args.get("max-num-seqs", 2)))
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler(str(args["model"]), slots,
-                                                              float(os.environ.get("STANDIN_TOKEN_S", "0.002"))))
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", port), handler(str(args["model"]), slots,
+                                                 float(os.environ.get("STANDIN_TOKEN_S", "0.002"))))
     print(f"serving on {port}", flush=True)
     server.serve_forever()
 
