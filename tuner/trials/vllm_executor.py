@@ -74,11 +74,11 @@ def probe_vllm(cfg: VllmExecutorConfig) -> VllmProbe:
 
 class VllmExecutor:
     def __init__(self, cfg: VllmExecutorConfig, model: str, probe: VllmProbe | None = None) -> None:
-        if shutil.which(cfg.command[0]) is None:
-            raise TunerConfigError(f"executor.vllm.command: {cfg.command[0]!r} is not a program on PATH: {INSTALL}")
         logging.getLogger("httpx2").setLevel(logging.WARNING)  # the readiness polls: not a line each on the console
         self.cfg, self.model = cfg, model
         self.probe = probe or probe_vllm(cfg)
+        if shutil.which(cfg.command[0]) is None:
+            raise TunerConfigError(f"executor.vllm.command: {cfg.command[0]!r} is not a program on PATH: {INSTALL}")
         self.work_dir = Path(cfg.work_dir or tempfile.mkdtemp(prefix="pagetune-vllm-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         cache = cfg.cache_dir or Path.home() / ".cache" / "pagetune" / "vllm"

@@ -7,7 +7,8 @@
 Its capacity is known: `max-num-seqs` requests run at once (default 2), each token takes STANDIN_TOKEN_S
 (default 0.002 s). STANDIN_MODE picks a failure: crash (exits during start with a message), hang (never
 ready, and ignores SIGTERM), port-taken-once (the first start reports the port in use, marked in
-STANDIN_MARK). STANDIN_START_S delays readiness. Standard library and PyYAML only.
+STANDIN_MARK); STANDIN_REFUSE=KEY=VALUE refuses to start on a config holding it. STANDIN_START_S delays
+readiness. Standard library and PyYAML only.
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ def serve(argv: list[str]) -> None:
     print(f"config: {json.dumps(args, sort_keys=True)}", flush=True)
     mode = os.environ.get("STANDIN_MODE", "")
     mark = Path(os.environ.get("STANDIN_MARK", "/nonexistent"))
+    refused = os.environ.get("STANDIN_REFUSE", "")  # KEY=VALUE: a config the stand-in will not start with
+    if refused and f"{refused.split('=')[0]}={args.get(refused.split('=')[0])}" == refused:
+        print(f"ValueError: the stand-in refuses {refused}", flush=True)
+        sys.exit(1)
     if mode == "crash":
         print("RuntimeError: CUDA out of memory while capturing graphs (stand-in)", flush=True)
         sys.exit(1)
