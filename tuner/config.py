@@ -322,6 +322,7 @@ class VllmExecutorConfig:
     stop_grace_s: float = 30.0  # SIGTERM, then SIGKILL after this long
     cache_dir: Path | None = None  # VLLM_CACHE_ROOT shared by every start; None: ~/.cache/pagetune/vllm
     work_dir: Path | None = None  # the trials' config files and server logs; None: a new temporary folder
+    only_args: bool = False  # write no runtime knob, only `vllm.*` ones (tuner.vllm_check: a file as it is)
 
     def __post_init__(self) -> None:
         _check(bool(self.command), "executor.vllm.command", "must name the program, e.g. [vllm]")

@@ -354,10 +354,12 @@ def serve_keys(args: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def trial_file(config: EngineConfig, *, model: str, deploy: Mapping[str, Any]) -> dict[str, Any]:
-    """What `vllm serve --config FILE` reads for a trial: the export of `config` (vLLM's defaults: only the model),
-    its vLLM-only args, then `deploy` (executor.vllm.args, the same for every trial and the baseline)."""
-    if is_vllm_defaults(config):
+def trial_file(config: EngineConfig, *, model: str, deploy: Mapping[str, Any], only_args: bool = False
+               ) -> dict[str, Any]:
+    """What `vllm serve --config FILE` reads for a trial: the export of `config` (vLLM's defaults, or `only_args`:
+    only the model), its vLLM-only args, then `deploy` (executor.vllm.args, the same for every trial and the
+    baseline)."""
+    if only_args or is_vllm_defaults(config):
         return {"model": model, **serve_keys(vllm_args(config)), **serve_keys(deploy)}
     return {**vllm_yaml(config, model_path=model).args, **serve_keys(vllm_args(config)), **serve_keys(deploy)}
 

@@ -117,8 +117,8 @@ class VllmExecutor:
         self._starts += 1
         name = f"{self._starts:03d}-" + (f"trial-{job.number}" if job.number >= 0 else f"round-{-job.number}")
         config_file = self.work_dir / f"{name}.yaml"
-        config_file.write_text(yaml.safe_dump(trial_file(job.config, model=self.model, deploy=self.cfg.args),
-                                              sort_keys=False))
+        written = trial_file(job.config, model=self.model, deploy=self.cfg.args, only_args=self.cfg.only_args)
+        config_file.write_text(yaml.safe_dump(written, sort_keys=False))
         server = VllmServer(self.cfg.command, self.env, min(self.cfg.start_timeout_s, timeout_s), self.cfg.stop_grace_s)
         try:
             start_s = server.start(config_file, self.work_dir / f"{name}.log")
