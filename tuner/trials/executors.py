@@ -117,7 +117,7 @@ def _vllm(app: AppConfig, interrupts: Interrupts | None) -> Executors:
     if app.tuner.fidelity == "sim+real":
         raise TunerConfigError("tuner.fidelity: sim+real searches in simulation: set executor=sim")
     model = app.executor.vllm.model or app.runtime.model.name
-    vllm = VllmExecutor(app.executor.vllm, model)
+    vllm = VllmExecutor(app.executor.vllm, model, interrupts=interrupts)
     vllm.check(SearchSpace.from_config(app.search))
     if interrupts is not None:
         interrupts.on_force = vllm.close  # a second signal: the server goes too (it is in a group of its own)

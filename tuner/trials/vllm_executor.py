@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,6 +34,7 @@ from optuna.distributions import CategoricalDistribution
 
 from runtime import EngineConfig
 from tuner.config import TunerConfigError, VllmExecutorConfig
+from tuner.interrupts import Interrupts
 from tuner.search.space import KnobMode, SearchSpace
 from tuner.traffic import TrafficRequest
 from tuner.trials.http_executor import HttpExecutor
@@ -73,7 +75,8 @@ def probe_vllm(cfg: VllmExecutorConfig) -> VllmProbe:
 
 
 class VllmExecutor:
-    def __init__(self, cfg: VllmExecutorConfig, model: str, probe: VllmProbe | None = None) -> None:
+    def __init__(self, cfg: VllmExecutorConfig, model: str, probe: VllmProbe | None = None,
+                 interrupts: Interrupts | None = None) -> None:
         logging.getLogger("httpx2").setLevel(logging.WARNING)  # the readiness polls: not a line each on the console
         self.cfg, self.model = cfg, model
         self.probe = probe or probe_vllm(cfg)
@@ -85,6 +88,7 @@ class VllmExecutor:
         self.env = {**os.environ, "VLLM_CACHE_ROOT": str(cache), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         self._server: VllmServer | None = None
         self._starts = 0  # names each start's config file and log, in order
+        self.interrupts = interrupts or Interrupts()  # a signal stops the server at once; the trial is re-queued
 
     @property
     def label(self) -> str:
@@ -120,20 +124,30 @@ class VllmExecutor:
         written = trial_file(job.config, model=self.model, deploy=self.cfg.args, only_args=self.cfg.only_args)
         config_file.write_text(yaml.safe_dump(written, sort_keys=False))
         server = VllmServer(self.cfg.command, self.env, min(self.cfg.start_timeout_s, timeout_s), self.cfg.stop_grace_s)
+        self._server, done = server, threading.Event()
+        threading.Thread(target=self._stop_on_signal, args=(server, done), daemon=True).start()
         try:
             start_s = server.start(config_file, self.work_dir / f"{name}.log")
-        except ServerStartError as e:
-            return TrialOutcome(TrialStatus.error, reason=str(e))
-        self._server = server
-        try:
             outcome = HttpExecutor(server.url).run(job, requests, on_progress, on_checkpoint, timeout_s - start_s)
             crashed = server.crashed()
+        except ServerStartError as e:
+            self.interrupts.check()  # stopped by a signal, not by vLLM
+            return TrialOutcome(TrialStatus.error, reason=str(e))
         finally:
+            done.set()
             self._server = None
             server.stop()
+        self.interrupts.check()
         if crashed is not None:
             outcome = TrialOutcome(TrialStatus.error, reason=f"died while measured: {crashed}")
         return dataclasses.replace(outcome, setup_s=start_s)
+
+    def _stop_on_signal(self, server: VllmServer, done: threading.Event) -> None:
+        """A signal stops the server within half a second: its replays then end at once, and `run` raises."""
+        while not done.wait(0.5):
+            if self.interrupts.requested:
+                server.stop()
+                return
 
     def close(self) -> None:
         if self._server is not None:

@@ -93,16 +93,17 @@ class VllmServer:
                                           env=dict(self.env), start_new_session=True)
 
     def _wait_ready(self, began: float) -> None:
-        assert self._proc is not None and self.log_path is not None
+        proc, log_path = self._proc, self.log_path  # a stop() from another thread (a signal) clears self._proc
+        assert proc is not None and log_path is not None
         health = f"http://127.0.0.1:{self.port}/health"
         while True:
-            code = self._proc.poll()
+            code = proc.poll()
             if code is not None:
                 raise ServerStartError(f"vllm serve exited with code {code} before it was ready: "
-                                       f"{log_tail(self.log_path)}")
+                                       f"{log_tail(log_path)}")
             if time.monotonic() - began > self.start_timeout_s:
                 raise ServerStartError(f"vllm serve was not ready after {self.start_timeout_s:g} s "
-                                       f"(executor.vllm.start_timeout_s): {log_tail(self.log_path)}")
+                                       f"(executor.vllm.start_timeout_s): {log_tail(log_path)}")
             if _answers(health) and _lists_models(self.url):
                 return
             time.sleep(POLL_S)

@@ -3,7 +3,10 @@ and stopped, a crash and a start time-out failing only that trial, the probe wit
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import yaml
 
 from tests.tuner.tuner_factories import job, request, tiny_runtime
 from tuner.config import ParamConfig, SearchConfig, SloConfig, TunerConfigError, VllmExecutorConfig
+from tuner.interrupts import Interrupted, Interrupts
 from tuner.search.space import SearchSpace
 from tuner.trials.job import TrialStatus
 from tuner.trials.vllm_executor import VllmExecutor, probe_vllm
@@ -104,3 +108,17 @@ def test_without_vllm_the_probe_says_how_to_install_it(tmp_path):
     assert str(e.value) == (f"executor=vllm: vLLM is not installed for {sys.executable}: pip install "
                             "'pagetune[vllm]' (vLLM 0.26.0), or point executor.vllm.probe and executor.vllm.command "
                             "at an environment that has it")
+
+
+def test_a_signal_stops_the_server_at_once_and_the_trial_is_interrupted(tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_TOKEN_S", "0.05")
+    interrupts = Interrupts()
+    executor = VllmExecutor(_cfg(tmp_path), "m", interrupts=interrupts)
+    slow = tuple(request(f"r{i}", 0.2 * i, 8, 40, first_id=10 + 8 * i) for i in range(50))  # 10 s of replay
+    threading.Timer(2.0, lambda: setattr(interrupts, "signum", signal.SIGTERM)).start()
+    began = time.monotonic()
+    with pytest.raises(Interrupted):
+        executor.run(job(tiny_runtime(), "w"), slow, lambda *p: None, lambda p: True, 60)
+    assert time.monotonic() - began < 6
+    assert executor._server is None
+    assert "serving on" in (tmp_path / "work" / "001-trial-0.log").read_text()
