@@ -70,7 +70,10 @@ def probe_vllm(cfg: VllmExecutorConfig) -> VllmProbe:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise TunerConfigError(f"executor.vllm.probe: {' '.join(argv)} exited with code {done.returncode}: {last}")
-    data = json.loads(done.stdout)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise TunerConfigError(f"executor.vllm.probe: {' '.join(argv)} printed no JSON line")
+    data = json.loads(lines[-1])
     return VllmProbe(data["version"], data["device"], VllmArgList.from_mapping(data["version"], data["args"]))
 
 

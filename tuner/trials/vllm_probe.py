@@ -1,7 +1,8 @@
 """What the vLLM in this Python is: its version, the device it would serve on, its engine argument list.
 
 Run as a script with vLLM's Python (`python tuner/trials/vllm_probe.py`): it imports nothing of pagetune, so
-vLLM may live in another environment (`executor.vllm.python`). Prints one JSON object on stdout:
+vLLM may live in another environment (`executor.vllm.probe`). Prints one JSON object on the last line of stdout
+(vLLM's own logs go to stderr meanwhile):
 
     {"version": "0.26.0", "device": {"type": "cuda", "name": "NVIDIA H200", "memory_gb": 139.8},
      "args": {dest: {"flags": [...], "action": ..., "choices": [...] | null, "type": ..., "nargs": ...}}}
@@ -11,6 +12,7 @@ Without vLLM it exits with NO_VLLM and prints the import error on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -43,12 +45,15 @@ def device() -> dict:
 
 
 def main() -> int:
-    try:
-        import vllm
-    except ImportError as e:
-        print(f"{type(e).__name__}: {e}", file=sys.stderr)
-        return NO_VLLM
-    json.dump({"version": vllm.__version__, "device": device(), "args": argument_list()}, sys.stdout)
+    out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):  # vLLM logs to stdout (VLLM_LOGGING_STREAM): keep it off the JSON
+        try:
+            import vllm
+        except ImportError as e:
+            print(f"{type(e).__name__}: {e}", file=sys.stderr)
+            return NO_VLLM
+        probe = {"version": vllm.__version__, "device": device(), "args": argument_list()}
+    out.write("\n" + json.dumps(probe) + "\n")
     return 0
 
 
