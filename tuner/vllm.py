@@ -185,7 +185,7 @@ def vllm_yaml(config: Mapping[str, Any], *, model_path: str | None = None) -> Vl
     """
     engine = EngineConfig.from_mapping(config)
     flat = flatten({k: v for k, v in engine.to_dict().items() if k != "metadata"})
-    entries = _entries(engine, flat, model_path)
+    entries = _with_vllm_entries(engine, _entries(engine, flat, model_path))
     unset = [name for key, name in _MAPPED.items() if flat[key] is None and key != "kernel.cuda_graphs"]
     unmapped = {k: v for k, v in flat.items() if k not in _MAPPED or not _has_equivalent(k, v)}
     args = {e.key: e.value for e in entries if e.key is not None}
@@ -217,6 +217,17 @@ def _entries(engine: EngineConfig, flat: Mapping[str, Any], model_path: str | No
         elif value is not None and _has_equivalent(key, value):
             entries.append(_entry(OPTIONS[name], value))
     return entries
+
+
+def _with_vllm_entries(engine: EngineConfig, entries: list[_Entry]) -> list[_Entry]:
+    """A config from executor=vllm: its vLLM-only args after the shared knobs (an arg replaces a shared knob's
+    key); vLLM's defaults (its baseline): the model and those args only."""
+    extra = serve_keys(vllm_args(engine))
+    if is_vllm_defaults(engine):
+        entries = [entries[0], _Entry(None, None, "vLLM's own defaults: no engine flag but the frozen knobs'")]
+    names = {k.removeprefix("no-") for k in extra}
+    kept = [e for e in entries if e.key is None or e.key.removeprefix("no-") not in names]
+    return kept + [_Entry(key, value, "") for key, value in extra.items()]
 
 
 def _has_equivalent(key: str, value: Any) -> bool:
@@ -359,9 +370,9 @@ def trial_file(config: EngineConfig, *, model: str, deploy: Mapping[str, Any], o
     """What `vllm serve --config FILE` reads for a trial: the export of `config` (vLLM's defaults, or `only_args`:
     only the model), its vLLM-only args, then `deploy` (executor.vllm.args, the same for every trial and the
     baseline)."""
-    if only_args or is_vllm_defaults(config):
+    if only_args:
         return {"model": model, **serve_keys(vllm_args(config)), **serve_keys(deploy)}
-    return {**vllm_yaml(config, model_path=model).args, **serve_keys(vllm_args(config)), **serve_keys(deploy)}
+    return {**vllm_yaml(config, model_path=model).args, **serve_keys(deploy)}
 
 
 def option_names(path: str) -> tuple[str, ...]:

@@ -54,6 +54,11 @@ def test_a_study_on_vllm_runs_each_trial_on_its_own_server_against_vllms_default
     best = yaml.safe_load((tmp_path / "out-v" / "best.yaml").read_text())
     assert best["metadata"]["figures"] == "measured on vLLM 0.26.0"
     assert "vLLM 0.26.0" in json.dumps(best["metadata"])
+    exported = yaml.safe_load((tmp_path / "out-v" / "vllm.yaml").read_text())
+    if best["metadata"]["trial"] == 0:  # kept the baseline: the export is vLLM's defaults, no engine flag
+        assert exported == {"model": "tiny"}
+    else:
+        assert exported["max-num-seqs"] == best["scheduler"]["max_num_seqs"]
 
 
 def test_without_vllm_executor_vllm_stops_before_any_trial_saying_how_to_install_it(tmp_path):

@@ -13,6 +13,7 @@ from tuner.vllm import (
     serve_keys,
     trial_file,
     vllm_args,
+    vllm_yaml,
     with_vllm_args,
 )
 from tuner.vllm_args import recorded_args
@@ -63,3 +64,21 @@ def test_serve_keys_and_option_names():
     assert option_names("vllm.async_scheduling") == ("async_scheduling",)
     assert option_names("runtime.kernel.pad_multiple") == ()
     assert option_names("tiers.enabled") == ()
+
+
+def test_the_export_of_a_vllm_trial_holds_its_vllm_args_and_of_vllms_defaults_only_those():
+    export = vllm_yaml(TRIAL.to_dict(), model_path="/m")
+    assert export.args == trial_file(TRIAL, model="/m", deploy={})
+    assert yaml.safe_load(export.text) == export.args
+    baseline = as_vllm_defaults(TRIAL, {"vllm.async_scheduling": True, "runtime.scheduler.max_num_seqs": 64})
+    export = vllm_yaml(baseline.to_dict(), model_path="/m")
+    assert export.args == {"model": "/m", "max-num-seqs": 64, "async-scheduling": True}
+    assert "# vLLM's own defaults: no engine flag but the frozen knobs'\n" in export.text
+    assert yaml.safe_load(export.text) == export.args
+
+
+def test_a_vllm_arg_replaces_the_shared_knobs_key():
+    config = EngineConfig.from_mapping({**TRIAL.to_dict(), "metadata": with_vllm_args(None, {
+        "enable_prefix_caching": True, "max_num_seqs": 7})})
+    args = vllm_yaml(config.to_dict()).args
+    assert (args["max-num-seqs"], args["enable-prefix-caching"]) == (7, True) and "no-enable-prefix-caching" not in args
