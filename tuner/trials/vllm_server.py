@@ -6,7 +6,8 @@
     ready    GET /health answers 200, then GET /v1/models lists a model; polled every POLL_S
     fail     the process exits first (a crash, a refused option), or start_timeout_s passes (a hang):
              ServerStartError with the last lines of the server's own log
-    stop     SIGTERM to the group, SIGKILL after grace_s; the log stays for the record
+    stop     SIGTERM to the group, SIGKILL after grace_s; done when every process of the group is gone (vLLM's
+             engine processes hold the GPU memory the next start needs); the log stays for the record
 
 Torch-free and vLLM-free: anything that takes these flags and serves the OpenAI API can stand in (tests
 use a small script).
@@ -120,15 +121,28 @@ class VllmServer:
         if proc is None:
             return "not running"
         if proc.poll() is not None:
+            _signal_group(proc.pid, signal.SIGKILL)  # what it left behind (engine processes) goes too
             return f"had exited with code {proc.returncode}"
         _signal_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(self.grace_s)
+        if _group_gone(proc, time.monotonic() + self.grace_s):
             return "stopped by SIGTERM"
-        except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return f"killed (SIGKILL) after {self.grace_s:g} s"
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _group_gone(proc, time.monotonic() + self.grace_s)
+        return f"killed (SIGKILL) after {self.grace_s:g} s"
+
+
+def _group_gone(proc: subprocess.Popen, deadline: float) -> bool:
+    """Wait until the server and every process of its group (vLLM's engine processes, which hold the GPU's
+    memory the next start needs) have exited, or `deadline` passes."""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return True
+        time.sleep(0.05)
+    return False
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

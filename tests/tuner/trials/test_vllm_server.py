@@ -91,3 +91,12 @@ def test_log_tail_keeps_the_last_non_empty_lines(tmp_path):
     log.write_text("a\n\nb\nc\n\n")
     assert log_tail(log, 2) == "b | c"
     assert log_tail(tmp_path / "missing.log") == "(no log)"
+
+
+def test_stop_waits_for_every_process_of_the_group(tmp_path):
+    server = _server(tmp_path, STANDIN_CHILD="1")
+    server.start(_config(tmp_path), tmp_path / "server.log")
+    child = int((tmp_path / "mark.child").read_text())
+    assert server.stop() == "stopped by SIGTERM"
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)

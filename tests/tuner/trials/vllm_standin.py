@@ -8,7 +8,8 @@ Its capacity is known: `max-num-seqs` requests run at once (default 2), each tok
 (default 0.002 s). STANDIN_MODE picks a failure: crash (exits during start with a message), hang (never
 ready, and ignores SIGTERM), port-taken-once (the first start reports the port in use, marked in
 STANDIN_MARK); STANDIN_REFUSE=KEY=VALUE refuses to start on a config holding it. STANDIN_START_S delays
-readiness. Standard library and PyYAML only.
+readiness; STANDIN_CHILD starts a child process (as vLLM's engine process), its pid in STANDIN_MARK.child.
+Standard library and PyYAML only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -108,6 +110,9 @@ def serve(argv: list[str]) -> None:
         print("compiling forever", flush=True)
         while True:
             time.sleep(1)
+    if os.environ.get("STANDIN_CHILD"):  # an engine process of its own, in the server's process group
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        Path(f"{mark}.child").write_text(str(child.pid))
     time.sleep(float(os.environ.get("STANDIN_START_S", "0")))
     slots = threading.Semaphore(int(args.get("max-num-seqs", 2)))
     server = Server(("127.0.0.1", port), handler(str(args["model"]), slots,
