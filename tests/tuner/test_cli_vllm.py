@@ -8,9 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import optuna
 import yaml
 
 from tests.tuner.cli import mlflow_runs, run_tuner, study_trials, tuner_args
+from tuner.search.identity import PARTS_ATTR
 from tuner.traffic import SAMPLE_TRAFFIC
 
 STANDIN = str(Path(__file__).parent / "trials" / "vllm_standin.py")
@@ -48,6 +50,9 @@ def test_a_study_on_vllm_runs_each_trial_on_its_own_server_against_vllms_default
     for t in measured[1:]:
         written = yaml.safe_load((work / f"{t.number + 1:03d}-trial-{t.number}.yaml").read_text())
         assert written["max-num-seqs"] == t.params["max_num_seqs"] and written["load-format"] == "dummy"
+    study = optuna.load_study(study_name="v", storage=f"sqlite:///{tmp_path}/optuna.db")
+    assert study.user_attrs[PARTS_ATTR]["engine"] == {"vllm": "0.26.0", "model": "tiny",
+                                                      "args": {"load_format": "dummy"}, "only_args": False}
     _, parents, children = mlflow_runs(tmp_path, "v")
     assert parents[0].data.tags["pagetune.figures"] == "measured on vLLM 0.26.0"
     assert len(children) == 5

@@ -33,6 +33,7 @@ class Executors(NamedTuple):
     notes: tuple[str, ...]  # console lines: what runs, and why
     interrupts: Interrupts | None = None  # SIGINT/SIGTERM: the search stops cleanly between or within trials
     engine: str = "the real runtime"  # what the measured figures were measured on ("vLLM 0.26.0": executor=vllm)
+    identity: dict | None = None  # executor=vllm: vLLM's version, model and args, part of the study's fingerprint
 
     @property
     def figures(self) -> str:
@@ -123,7 +124,9 @@ def _vllm(app: AppConfig, interrupts: Interrupts | None) -> Executors:
         interrupts.on_force = vllm.close  # a second signal: the server goes too (it is in a group of its own)
     note = (f"executor: vllm ({vllm.label} on {vllm.probe.device['name']}, serving {model}; each trial's config "
             f"and server log in {vllm.work_dir})")
-    return Executors(vllm, vllm, app, None, (note,), interrupts, vllm.label)
+    identity = {"vllm": vllm.probe.version, "model": model, "args": dict(app.executor.vllm.args),
+                "only_args": app.executor.vllm.only_args}
+    return Executors(vllm, vllm, app, None, (note,), interrupts, vllm.label, identity)
 
 
 def _may_use_tiers(app: AppConfig) -> bool:
