@@ -55,6 +55,12 @@ def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> Exec
     Raises TunerConfigError (a missing or bad profile, sim+real without a simulator) and WorkerStartError."""
     kind, notes = app.executor.kind, []
     worker = None
+    if kind == "vllm":
+        return _vllm(app, interrupts)
+    engine_args = [name for name, p in app.search.params.items() if p.path.startswith("vllm.")]
+    if engine_args:
+        raise TunerConfigError(f"search.params.{engine_args[0]}: a vllm.* knob is a vLLM engine argument, which only "
+                               "executor=vllm applies (search=vllm goes with executor=vllm)")
     if kind == "auto":
         worker = _worker(app, interrupts)
         profile = app.executor.profile_path
@@ -67,8 +73,6 @@ def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> Exec
         else:
             notes.append(f"executor: real (no GPU here, and no GPU profile at {profile} to simulate)")
             kind = "real"
-    if kind == "vllm":
-        return _vllm(app, interrupts)
     try:
         if kind == "sim":
             return _simulated(app, worker, notes, interrupts)
