@@ -254,7 +254,8 @@ def _study(app, cfg, traffic, space, baseline, search, held_out, rates, executor
         tracker = open_tracker(app, out_dir)
     except TrackingError as e:
         raise Refused(str(e)) from None
-    identity = study_identity(app, traffic.sha256, executors.sim.sha256 if executors.sim else None)
+    identity = study_identity(app, traffic.sha256, executors.sim.sha256 if executors.sim else None,
+                              executors.identity)
     parent: list[str] = []  # the parent run, once started: stale trials found before that have no MLflow run
 
     def on_stale(study, stale):

@@ -35,14 +35,14 @@ __all__ = [
     "ExecutorConfig", "LongPrompts", "ObjectiveName", "OnError", "ParamConfig",
     "PrunerName", "QualityConfig", "ReplayConfig", "ResumeMode", "SamplerName", "SearchConfig", "SloConfig",
     "StorageBackend", "StorageConfig", "TrackingConfig", "TrafficFormat", "TunerConfig", "TunerConfigError",
-    "ValidationConfig", "WhenConfig", "load_app_config",
+    "ValidationConfig", "VllmExecutorConfig", "WhenConfig", "load_app_config",
 ]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the Hydra config tree of the repository
 # The simulator's default GPU profile (python -m runtime.profile on an H200): what executor=auto simulates on a
 # machine without a GPU, and executor=sim without executor.profile.
 DEFAULT_PROFILE = CONF_DIR / "profiles" / "h200-llama-3-8b.json"
-EXECUTOR_KINDS = ("auto", "real", "sim")
+EXECUTOR_KINDS = ("auto", "real", "sim", "vllm")
 FIDELITIES = ("single", "sim+real")
 
 
@@ -310,11 +310,35 @@ class QualityConfig:
 
 
 @dataclass(frozen=True)
-class ExecutorConfig:
-    """What runs the trials: the real runtime in a worker process, or the simulator in-process (`executor=sim`)."""
+class VllmExecutorConfig:
+    """`executor=vllm`: each trial's config on `vllm serve --config FILE`, measured over HTTP (docs/VLLM.md)."""
 
-    kind: str = "auto"  # auto: real on a GPU, else sim on the profile when it exists, else real | real | sim
+    command: list[str] = field(default_factory=lambda: ["vllm"])  # argv before `serve --config FILE ...`
+    probe: list[str] | None = None  # argv printing vllm_probe.py's JSON; None: this Python runs it
+    model: str | None = None  # what vLLM serves (Hugging Face id or folder); None: runtime.model.name
+    args: dict[str, Any] = field(default_factory=dict)  # engine args of every start, the baseline's too
+    #                              (load_format: dummy, tokenizer: DIR, max_model_len: N); checked like the knobs
+    start_timeout_s: float = 900.0  # a fresh host compiles for minutes (FlashInfer JIT, torch.compile, graphs)
+    stop_grace_s: float = 30.0  # SIGTERM, then SIGKILL after this long
+    cache_dir: Path | None = None  # VLLM_CACHE_ROOT shared by every start; None: ~/.cache/pagetune/vllm
+    work_dir: Path | None = None  # the trials' config files and server logs; None: a new temporary folder
+    only_args: bool = False  # write no runtime knob, only `vllm.*` ones (tuner.vllm_check: a file as it is)
+
+    def __post_init__(self) -> None:
+        _check(bool(self.command), "executor.vllm.command", "must name the program, e.g. [vllm]")
+        _check(self.probe is None or bool(self.probe), "executor.vllm.probe", "must be null or a command")
+        for name in ("start_timeout_s", "stop_grace_s"):
+            _check(getattr(self, name) > 0, f"executor.vllm.{name}", f"must be > 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """What runs the trials: the real runtime in a worker process, the simulator in-process (`executor=sim`), or
+    vLLM itself (`executor=vllm`)."""
+
+    kind: str = "auto"  # auto: real on a GPU, else sim on the profile when it exists, else real | real | sim | vllm
     profile: Path | None = None  # a GPU profile (python -m runtime.profile) to simulate; None: DEFAULT_PROFILE
+    vllm: VllmExecutorConfig = field(default_factory=VllmExecutorConfig)  # executor=vllm only
 
     def __post_init__(self) -> None:
         _check(self.kind in EXECUTOR_KINDS, "executor.kind", f"must be one of {EXECUTOR_KINDS}, got {self.kind!r}")

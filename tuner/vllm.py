@@ -186,7 +186,7 @@ def vllm_yaml(config: Mapping[str, Any], *, model_path: str | None = None) -> Vl
     """
     engine = EngineConfig.from_mapping(config)
     flat = flatten({k: v for k, v in engine.to_dict().items() if k != "metadata"})
-    entries = _entries(engine, flat, model_path)
+    entries = _with_vllm_entries(engine, _entries(engine, flat, model_path))
     unset = [name for key, name in _MAPPED.items() if flat[key] is None and key != "kernel.cuda_graphs"]
     unmapped = {k: v for k, v in flat.items() if k not in _MAPPED or not _has_equivalent(k, v)}
     args = {e.key: e.value for e in entries if e.key is not None}
@@ -246,6 +246,17 @@ def _entries(engine: EngineConfig, flat: Mapping[str, Any], model_path: str | No
         elif value is not None and _has_equivalent(key, value):
             entries.append(_entry(OPTIONS[name], value))
     return entries
+
+
+def _with_vllm_entries(engine: EngineConfig, entries: list[_Entry]) -> list[_Entry]:
+    """A config from executor=vllm: its vLLM-only args after the shared knobs (an arg replaces a shared knob's
+    key); vLLM's defaults (its baseline): the model and those args only."""
+    extra = serve_keys(vllm_args(engine))
+    if is_vllm_defaults(engine):
+        entries = [entries[0], _Entry(None, None, "vLLM's own defaults: no engine flag but the frozen knobs'")]
+    names = {k.removeprefix("no-") for k in extra}
+    kept = [e for e in entries if e.key is None or e.key.removeprefix("no-") not in names]
+    return kept + [_Entry(key, value, "") for key, value in extra.items()]
 
 
 def _has_equivalent(key: str, value: Any) -> bool:
@@ -336,3 +347,73 @@ def _round(value: Any) -> Any:
         return {k: _round(v) for k, v in value.items()}
     return value
 
+
+
+# --- a trial on vLLM (executor=vllm) -------------------------------------------------------------------------
+
+VLLM_META = "vllm"  # EngineConfig.metadata key: {"args": {dest: value}} (vLLM-only args), "defaults": true
+
+
+def vllm_args(config: EngineConfig) -> dict[str, Any]:
+    """The vLLM-only engine args a config carries (search=vllm's `vllm.NAME` knobs), by dest."""
+    return dict(((config.metadata or {}).get(VLLM_META) or {}).get("args") or {})
+
+
+def with_vllm_args(metadata: Mapping[str, Any] | None, args: Mapping[str, Any]) -> dict[str, Any]:
+    """`metadata` with `args` added to its vLLM-only engine args."""
+    entry = dict((metadata or {}).get(VLLM_META) or {})
+    entry["args"] = {**(entry.get("args") or {}), **args}
+    return {**(metadata or {}), VLLM_META: entry}
+
+
+def is_vllm_defaults(config: EngineConfig) -> bool:
+    """Whether the config is vLLM's own defaults (executor=vllm's baseline: no engine flag but the fixed ones)."""
+    return bool(((config.metadata or {}).get(VLLM_META) or {}).get("defaults"))
+
+
+def as_vllm_defaults(config: EngineConfig, fixed: Mapping[str, Any]) -> EngineConfig:
+    """`config` marked as vLLM's defaults, with `fixed` (dotted knob paths -> value, the frozen knobs) as the only
+    engine args written for it: `runtime.*` ones through the export's option names, `vllm.*` ones as they are."""
+    args = {}
+    for path, value in fixed.items():
+        section, key = path.split(".", 1)
+        if section == "vllm":
+            args[key] = value
+        elif key == "kernel.cuda_graphs" and value is not None:
+            args["enforce_eager"] = not value
+        elif key in _MAPPED and key != "model.name":
+            args[_MAPPED[key].replace("-", "_")] = value
+    meta = with_vllm_args({**(config.metadata or {}), VLLM_META: {"defaults": True}}, args)
+    return EngineConfig.from_mapping({**config.to_dict(), "metadata": meta})
+
+
+def serve_keys(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine args by dest (`async_scheduling`) as `vllm serve --config` keys, by the export's rules: dashes, a
+    false flag as `no-KEY: true` (a loader drops `false`), a null left out (vLLM's default)."""
+    out: dict[str, Any] = {}
+    for dest, value in args.items():
+        key = dest.replace("_", "-")
+        if value is False:
+            out[f"no-{key}"] = True
+        elif value is not None:
+            out[key] = _round(value)
+    return out
+
+
+def trial_file(config: EngineConfig, *, model: str, deploy: Mapping[str, Any], only_args: bool = False
+               ) -> dict[str, Any]:
+    """What `vllm serve --config FILE` reads for a trial: the export of `config` (vLLM's defaults, or `only_args`:
+    only the model), its vLLM-only args, then `deploy` (executor.vllm.args, the same for every trial and the
+    baseline)."""
+    if only_args:
+        return {"model": model, **serve_keys(vllm_args(config)), **serve_keys(deploy)}
+    return {**vllm_yaml(config, model_path=model).args, **serve_keys(deploy)}
+
+
+def option_names(path: str) -> tuple[str, ...]:
+    """The vLLM options (dests) a knob path writes: `runtime.scheduler.max_num_seqs` -> (max_num_seqs,);
+    `vllm.async_scheduling` -> (async_scheduling,); () for a runtime field with no vLLM equivalent."""
+    section, key = path.split(".", 1)
+    if section == "vllm":
+        return (key,)
+    return (_MAPPED[key].replace("-", "_"),) if section == "runtime" and key in _MAPPED else ()

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from runtime import EngineConfig
 from tuner.schema import hydra_schema
-from tuner.vllm import vllm_yaml
+from tuner.vllm import VLLM_META, vllm_yaml
 
 __all__ = ["ExportError", "ExportPaths", "provenance", "write_exports"]
 
@@ -56,7 +56,8 @@ def write_exports(out_dir: str | Path, *, runtime: Mapping[str, Any], metadata: 
     """Write best.yaml, vllm.yaml and report.md into `out_dir` as one set; each is loaded back and checked.
     Raises `ExportError` (the old set untouched) when the folder cannot take them."""
     out = Path(out_dir)
-    config = EngineConfig.from_mapping({**runtime, "metadata": _plain(metadata, "metadata")})
+    kept = {k: v for k, v in (runtime.get("metadata") or {}).items() if k == VLLM_META}  # a vLLM trial's own args
+    config = EngineConfig.from_mapping({**runtime, "metadata": _plain({**kept, **metadata}, "metadata")})
     vllm = vllm_yaml(config.to_dict())
     files = {"best.yaml": (_best_text(config), lambda p: _check_best(p, config)),
              "vllm.yaml": (vllm.text, lambda p: _check_vllm(p, vllm.args)),

@@ -7,6 +7,9 @@ source lines): block size, gpu_memory_utilization, prefix caching, chunked prefi
 max_num_batched_tokens for the device's memory class. `baseline=runtime`: the composed config as it
 is. Either way a frozen knob (`freeze: VALUE`) holds for the baseline too: it is a constraint of the
 deployment, not a choice.
+
+`executor=vllm` with `baseline=vllm`: vLLM itself picks, so the baseline runs with no engine flag at all but the
+frozen knobs' (`tuner.vllm.as_vllm_defaults`); its knob values above stay pagetune's reading of those defaults.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from typing import Any
 
 from runtime import EngineConfig
 from tuner.config import AppConfig, BaselineName
-from tuner.search.space import SearchSpace, set_path
+from tuner.search.space import KnobMode, SearchSpace, set_path
 from tuner.trials.job import Hardware
-from tuner.vllm import serve_defaults
+from tuner.vllm import as_vllm_defaults, serve_defaults
 
 __all__ = ["baseline_config"]
 
@@ -33,6 +36,10 @@ def baseline_config(app: AppConfig, hardware: Hardware, space: SearchSpace) -> t
         source = str(defaults.pop("SOURCE"))
         defaults["kernel.cuda_graphs"] = None  # vLLM's default: graphs wherever they run, i.e. ours when null
         config = _with(app.runtime, defaults)
+        if app.executor.kind == "vllm":
+            fixed = {k.path: k.fixed for k in space.knobs if k.mode is KnobMode.FIXED}
+            config = as_vllm_defaults(config, fixed)
+            source = f"vLLM's own defaults, no engine flag ({hardware.versions})"
     return space.apply(config, space.with_fixed(space.values_of(config))), source
 
 

@@ -68,8 +68,10 @@ class StudyIdentity(NamedTuple):
                                                                           "differ": differ}])
 
 
-def study_identity(app: AppConfig, traffic_sha256: str, simulated: str | None = None) -> StudyIdentity:
-    """`simulated`: the GPU profile's sha256 when the trials are simulated (a simulated study is another study)."""
+def study_identity(app: AppConfig, traffic_sha256: str, simulated: str | None = None,
+                   engine: Mapping[str, Any] | None = None) -> StudyIdentity:
+    """`simulated`: the GPU profile's sha256 when the trials are simulated (a simulated study is another study);
+    `engine`: what serves the trials when it is not the runtime (executor=vllm: vLLM's version, model and args)."""
     window = {k: getattr(app.replay, k) for k in ("start_s", "duration_s", "max_requests", "sample", "seed",
                                                   "time_scale", "long_prompts")}
     parts = {
@@ -84,6 +86,8 @@ def study_identity(app: AppConfig, traffic_sha256: str, simulated: str | None = 
     }
     if simulated is not None:
         parts["simulated"] = {"profile_sha256": simulated, "fidelity": app.tuner.fidelity}
+    if engine is not None:
+        parts["engine"] = _plain(engine)
     fingerprint = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     name = app.tuner.study_name or f"{traffic_stem(str(app.traffic))}-{fingerprint[:8]}"
     return StudyIdentity(name, fingerprint, parts)

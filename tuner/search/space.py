@@ -14,6 +14,11 @@ Tier fields (`tiers.*`) are not runtime paths: `apply` turns them into `runtime.
                                          {max_len: LONG_MAX_LEN*, block_size: long_block_size,  share: 1 - s}]
     * scheduler.max_model_len when set; the runtime stretches the last tier to max_model_len anyway.
 
+A `vllm.NAME` knob (search=vllm) is a vLLM engine argument with no runtime field (async_scheduling,
+cudagraph_capture_sizes): `apply` keeps it in the config's `metadata` (`tuner.vllm.VLLM_META`), where
+`executor=vllm` reads it; an inactive or null one is left to vLLM's default. Its name is checked against
+vLLM's own argument list by the executor, not here.
+
 The baseline trial runs the baseline config itself (`tuner.app`); its knob values (`values_of`) are
 what Optuna records. Optuna 5 accepts an enqueued number outside its distribution (with a warning,
 and stores it under the declared range) but fails the trial for a categorical value that is not a
@@ -42,6 +47,7 @@ from optuna.distributions import (
 
 from runtime import ConfigError, EngineConfig
 from tuner.config import ParamConfig, SearchConfig, TunerConfigError
+from tuner.vllm import vllm_args, with_vllm_args
 
 __all__ = ["BASELINE_ATTR", "LONG_TIER_MAX_LEN", "TIER_FIELDS", "Knob", "KnobMode", "SearchSpace", "is_baseline",
            "set_path"]
@@ -122,6 +128,7 @@ class SearchSpace:
         out = base.to_dict()
         context = {**self._kept_values(base), **values}
         tiers: dict[str, Any] = {}
+        engine_args: dict[str, Any] = {}
         for knob in self.knobs:
             section, key = knob.path.split(".", 1)
             if not self._active(knob, context):
@@ -134,10 +141,14 @@ class SearchSpace:
             elif knob.name in values:
                 if section == "tiers":
                     tiers[key] = values[knob.name]
+                elif section == "vllm":
+                    engine_args[key] = values[knob.name]
                 else:
                     set_path(out, key, values[knob.name])
         if "enabled" in tiers:
             out["cache"]["block_tiers"] = _make_tiers(tiers)
+        if engine_args:
+            out["metadata"] = with_vllm_args(out.get("metadata"), engine_args)
         try:
             return EngineConfig.from_mapping(out)
         except ConfigError as e:
@@ -155,6 +166,8 @@ class SearchSpace:
             section, key = knob.path.split(".", 1)
             if section == "runtime":
                 values[knob.name] = _get_path(runtime, key)
+            elif section == "vllm":
+                values[knob.name] = vllm_args(config).get(key)
             elif tiers is not None and key in tiers:
                 values[knob.name] = tiers[key]
         return values
@@ -201,7 +214,7 @@ _PATHS = _runtime_leaves() | {f"tiers.{f}" for f in TIER_FIELDS}
 
 def _knob(name: str, spec: ParamConfig) -> Knob:
     key = f"search.params.{name}"
-    if spec.path not in _PATHS:
+    if spec.path not in _PATHS and not _is_vllm_path(spec.path):
         raise TunerConfigError(f"{key}.path: unknown runtime path {spec.path!r}{_close(spec.path, _PATHS)}")
     keeps_tier_field = spec.path.startswith("tiers.") and spec.path != "tiers.enabled"
     if spec.frozen and spec.freeze is None and keeps_tier_field:
@@ -209,6 +222,12 @@ def _knob(name: str, spec: ParamConfig) -> Knob:
     mode = KnobMode.FIXED if spec.freeze is not None else KnobMode.KEPT if spec.frozen else KnobMode.SEARCHED
     when = None if spec.when is None else (spec.when.param, spec.when.equals)
     return Knob(name, spec.path, mode, _distribution(key, spec), spec.freeze, when)
+
+
+def _is_vllm_path(path: str) -> bool:
+    """`vllm.NAME`: a vLLM engine argument (its dest, `async_scheduling`) with no runtime field."""
+    section, _, name = path.partition(".")
+    return section == "vllm" and name.isidentifier()
 
 
 def _distribution(key: str, spec: ParamConfig) -> BaseDistribution:

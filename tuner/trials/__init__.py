@@ -9,4 +9,5 @@
     run         one trial in the worker: weights, quality guardrail, engine, warm-up, measurement
     replay      open-loop replay with a clock that skips idle gaps
     quality     the guardrail for numerics-changing knobs
+    vllm_executor, vllm_server, vllm_probe   executor=vllm: each trial on `vllm serve`, measured over HTTP
 """

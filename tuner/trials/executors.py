@@ -6,6 +6,7 @@
     sim        sim+real   SimExecutor                  worker: measured for real, beside the simulated figures
     auto       either     real on a GPU; without one, sim on executor.profile (default DEFAULT_PROFILE) when it
                           exists, else real
+    vllm       single     VllmExecutor (vllm serve)   VllmExecutor: vLLM's own figures throughout
 
 Simulating, the runtime's model is the profile's (the step times are that model's on that GPU); the
 console says so when it replaces the configured one.
@@ -18,8 +19,10 @@ from typing import NamedTuple
 
 from tuner.config import AppConfig, TunerConfigError
 from tuner.interrupts import Interrupts
+from tuner.search.space import SearchSpace
 from tuner.trials.sim import SimExecutor
 from tuner.trials.supervisor import Executor, WorkerSupervisor
+from tuner.trials.vllm_executor import VllmExecutor
 
 
 class Executors(NamedTuple):
@@ -29,12 +32,14 @@ class Executors(NamedTuple):
     sim: SimExecutor | None  # set when the trials are simulated
     notes: tuple[str, ...]  # console lines: what runs, and why
     interrupts: Interrupts | None = None  # SIGINT/SIGTERM: the search stops cleanly between or within trials
+    engine: str = "the real runtime"  # what the measured figures were measured on ("vLLM 0.26.0": executor=vllm)
+    identity: dict | None = None  # executor=vllm: vLLM's version, model and args, part of the study's fingerprint
 
     @property
     def figures(self) -> str:
         """What the study's figures are, as the console, report, best.yaml and MLflow say it."""
         if self.sim is None:
-            return "measured on the real runtime"
+            return f"measured on {self.engine}"
         if self.measure is self.sim:
             return self.sim.label
         return f"trials {self.sim.label}; the finalists, the baseline and the verdict measured on the real runtime"
@@ -50,6 +55,12 @@ def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> Exec
     Raises TunerConfigError (a missing or bad profile, sim+real without a simulator) and WorkerStartError."""
     kind, notes = app.executor.kind, []
     worker = None
+    if kind == "vllm":
+        return _vllm(app, interrupts)
+    engine_args = [name for name, p in app.search.params.items() if p.path.startswith("vllm.")]
+    if engine_args:
+        raise TunerConfigError(f"search.params.{engine_args[0]}: a vllm.* knob is a vLLM engine argument, which only "
+                               "executor=vllm applies (search=vllm goes with executor=vllm)")
     if kind == "auto":
         worker = _worker(app, interrupts)
         profile = app.executor.profile_path
@@ -104,6 +115,22 @@ def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str]
     if worker is not None:
         worker.close()
     return Executors(sim, sim, app, sim, tuple(notes), interrupts)
+
+
+def _vllm(app: AppConfig, interrupts: Interrupts | None) -> Executors:
+    """executor=vllm: vLLM probed, the knobs checked against its argument list, before any trial."""
+    if app.tuner.fidelity == "sim+real":
+        raise TunerConfigError("tuner.fidelity: sim+real searches in simulation: set executor=sim")
+    model = app.executor.vllm.model or app.runtime.model.name
+    vllm = VllmExecutor(app.executor.vllm, model, interrupts=interrupts)
+    vllm.check(SearchSpace.from_config(app.search))
+    if interrupts is not None:
+        interrupts.on_force = vllm.close  # a second signal: the server goes too (it is in a group of its own)
+    note = (f"executor: vllm ({vllm.label} on {vllm.probe.device['name']}, serving {model}; each trial's config "
+            f"and server log in {vllm.work_dir})")
+    identity = {"vllm": vllm.probe.version, "model": model, "args": dict(app.executor.vllm.args),
+                "only_args": app.executor.vllm.only_args}
+    return Executors(vllm, vllm, app, None, (note,), interrupts, vllm.label, identity)
 
 
 def _may_use_tiers(app: AppConfig) -> bool:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from tests.runtime.sim.sim_factories import write_tiny_profile
-from tuner.config import CONF_DIR, TunerConfigError, load_app_config
+from tuner.config import (
+    CONF_DIR,
+    AppConfig,
+    ExecutorConfig,
+    ParamConfig,
+    SearchConfig,
+    TunerConfigError,
+    load_app_config,
+)
 from tuner.traffic import SAMPLE_TRAFFIC
 from tuner.trials.executors import open_executors
 from tuner.trials.sim import SimExecutor
@@ -81,3 +91,13 @@ def test_no_tier_warning_when_no_trial_can_use_tiers():
     ex = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space,
                              runtime={"cache": tiers}))  # the runtime's own config has them
     assert [n for n in ex.notes if NO_TIER_COST in n] != []
+
+
+def test_vllm_knobs_without_executor_vllm_are_refused(tmp_path):
+    app = AppConfig(traffic=tmp_path / "t.jsonl", search=SearchConfig({
+        "seqs": ParamConfig("runtime.scheduler.max_num_seqs", "int", low=8, high=64),
+        "async_scheduling": ParamConfig("vllm.async_scheduling", choices=[None, True])}))
+    with pytest.raises(TunerConfigError) as e:
+        open_executors(dataclasses.replace(app, executor=ExecutorConfig(kind="real")))
+    assert str(e.value) == ("search.params.async_scheduling: a vllm.* knob is a vLLM engine argument, which only "
+                            "executor=vllm applies (search=vllm goes with executor=vllm)")
