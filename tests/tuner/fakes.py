@@ -18,7 +18,15 @@ from pathlib import Path
 import optuna
 
 from runtime import EngineConfig
-from tuner.config import AppConfig, ParamConfig, SearchConfig, SloConfig, TunerConfig, ValidationConfig
+from tuner.config import (
+    AppConfig,
+    ParamConfig,
+    ReplayConfig,
+    SearchConfig,
+    SloConfig,
+    TunerConfig,
+    ValidationConfig,
+)
 from tuner.results.conclude import Conclusion, conclude
 from tuner.search.baseline import baseline_config
 from tuner.search.objective import Rates, TrialRunner
@@ -85,7 +93,8 @@ def fake_app(*, seed: int = 0, trials: int = 10, finalists: int = 3, select_roun
     return AppConfig(traffic=SAMPLE, runtime=EngineConfig.from_flat("tiny", device="cpu"), search=space,
                      slo=SloConfig(), tuner=TunerConfig(n_trials=trials, finalists=finalists, repeats=repeats,
                                                         n_startup_trials=4, warmup_requests=0, seed=seed),
-                     validation=ValidationConfig(select_rounds=select_rounds, proof_rounds=proof_rounds))
+                     validation=ValidationConfig(select_rounds=select_rounds, proof_rounds=proof_rounds),
+                     replay=ReplayConfig(min_window_s=0.0))  # the fake's capacity is not a rate in time
 
 
 def run_fake_study(tmp: Path, executor: FakeExecutor, seed: int, **app_changes) -> tuple[Conclusion, optuna.Study]:

@@ -27,8 +27,9 @@ def test_the_simulated_quick_start_says_simulated_everywhere(tmp_path):
     label = f"simulated (profile: {profile}, tiny on Test GPU (torch 2.13.0))"
     assert f"figures are {label}" in result.stdout
     assert "device: 1 x Test GPU (simulated: tiny-profile.json)" in result.stdout
-    # the step-time model cannot see the kernels' path thresholds: a simulated study leaves them as they are
-    assert "not searched, no effect in simulation: flash_min_len, split_kv_min_len" in result.stdout
+    # the step-time model cannot see the kernels' path thresholds nor swap's cost: a simulated study leaves them
+    assert ("not searched, no effect in simulation: preemption_mode, swap_space, flash_min_len, split_kv_min_len"
+            in result.stdout)
     assert f"Figures: {label}" in result.stdout
     out = tmp_path / "out-sim"
     best = EngineConfig.from_yaml(out / "best.yaml")
