@@ -339,7 +339,8 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
     except OSError as e:
         raise ExportError(e.filename or out_dir / "plots", e) from None
     interrupts.check()
-    checked = fidelity(c, executors.sim, out_dir) if executors.sim and executors.measure is not executors.sim else None
+    checked = (fidelity(c, executors.sim, out_dir, app, held_out)
+               if executors.sim and executors.measure is not executors.sim else None)
     inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
                            [p.name for p in plot_paths], list(HydraConfig.get().overrides.task), executors.figures,
                            checked.lines if checked else ())

@@ -62,10 +62,14 @@ def test_sim_plus_real_measures_the_finalists_for_real_and_refits_the_profile(tm
     out = tmp_path / "out-sr"
     report = (out / "report.md").read_text()
     section = report.split("## Simulated and measured\n\n")[1].split("\n\n")[0].splitlines()
-    assert section[0].startswith("- baseline: simulated ") and "measured" in section[0]
-    assert "simulation error" in section[0]
-    assert section[-2].startswith("- step times of tiny-profile.json on ")
-    assert section[-1].startswith("- refitted with them (profile-refit.json): ")
+    # out of sample first (the held-out window, simulated after the search), then in sample, labelled
+    assert section[0].startswith("- held-out window, out of sample (no trial replayed it")
+    assert section[1].startswith("-   ") and "simulated" in section[1] and "measured" in section[1]
+    in_sample = section.index("- search window, in sample (the simulated values that chose the configs):")
+    baseline = section[in_sample + 1]
+    assert baseline.startswith("-   baseline: simulated ") and "simulation error" in baseline
+    assert section[-2].startswith("- step times of tiny-profile.json on ") and "(out of sample)" in section[-2]
+    assert section[-1].startswith("- refitted with them (profile-refit.json; in sample from now on")
     refit = load_profile(out / "profile-refit.json")
     assert refit.notes[-1].startswith("refitted with ") and len(refit.samples["bs16/auto/eager"]) > 0
     assert EngineConfig.from_yaml(out / "best.yaml").metadata["figures"].endswith(

@@ -30,7 +30,7 @@ from tuner.traffic import ReplayWindow
 from tuner.trials.job import Probe, TrialJob, TrialStatus
 from tuner.trials.supervisor import Executor
 
-__all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "remeasure"]
+__all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "measure_once", "remeasure"]
 
 BASELINE = "baseline"
 log = logging.getLogger("pagetune")
@@ -120,7 +120,7 @@ RETRIES = 2  # a failed re-measurement is made again at most this often before i
 def _measure_retrying(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int,
                       failed: list[str], steps: list, independent: bool) -> Kept | None:
     for attempt in range(RETRIES + 1):
-        done, reason = _measure(executor, app, c, window, round_, steps, independent)
+        done, reason = measure_once(executor, app, c, window, round_, steps, independent)
         if done is not None:
             return done
         where = f"{c.label} on the {window.key} window, round {round_ + 1}"
@@ -140,7 +140,7 @@ def _dither(app: AppConfig, key: str) -> float:
     return (1.0 + app.tuner.capacity_tol) ** u
 
 
-def _measure(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int, steps: list,
+def measure_once(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int, steps: list,
              independent: bool) -> tuple[Kept | None, str]:
     """One fresh measurement, or None and why not. Capacity starts its bracket at the candidate's search capacity
     (req/s), unless `independent`: then at the window's own rate, doubling."""
