@@ -1,6 +1,7 @@
-"""A first SIGTERM stops a simulated study within seconds in any phase, keeps what was measured, and the same
-command resumes it: `python -m tuner` in a subprocess on the shipped H200 profile, the signal sent while a trial
-runs (the search) and while the finalists are re-measured (the conclusion). Every wait is bounded."""
+"""A first SIGTERM stops a study within seconds in any phase, keeps what was measured, and the same command
+resumes it: `python -m tuner` in a subprocess on the shipped H200 profile, the signal sent while a trial runs
+(the search) and while the finalists are re-measured (the conclusion); and the conclusion on the real runtime
+(the tiny model on this CPU). Every wait is bounded."""
 
 from __future__ import annotations
 
@@ -51,10 +52,10 @@ def _signal_when(tmp_path: Path, proc: subprocess.Popen, ready, within_s: float 
         time.sleep(0.05)
 
 
-def _interrupt(tmp_path: Path, ready) -> tuple[str, str, float]:
+def _interrupt(tmp_path: Path, ready, args: list[str] | None = None) -> tuple[str, str, float]:
     env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(_args(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(args or _args(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
     try:
         sent = _signal_when(tmp_path, proc, ready)
         stdout, stderr = proc.communicate(timeout=30)
@@ -102,3 +103,18 @@ def test_sigterm_in_the_conclusion_stops_within_seconds_keeps_it_and_a_rerun_res
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"conclusion: resumed, {kept} measurements kept from an earlier run are not made again" in rerun.stdout
     assert (tmp_path / "out-s" / "best.yaml").is_file() and "Verdict: " in rerun.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_real_conclusion_stops_the_worker_within_seconds_and_a_rerun_resumes_it(tmp_path):
+    """The same on the real runtime (the tiny model in the worker): the supervisor's poll, not the simulator's."""
+    args = [*tuner_args(tmp_path, SAMPLE_TRAFFIC, study="s", trials=2), "tuner.finalists=1",
+            "validation.select_rounds=3", "validation.proof_rounds=8"]
+    _, stderr, stopped_s = _interrupt(tmp_path, _concluding, args)
+    assert stopped_s < 5, f"stopped {stopped_s:.1f} s after SIGTERM"
+    kept = sum(k.startswith(PREFIX) for k in _study(tmp_path).user_attrs)
+    assert stderr.strip().splitlines()[-1].endswith(
+        f"; {kept} measurements of the conclusion kept; no trial was running; resume with the same command")
+    rerun = run_tuner(args, cwd=tmp_path, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"conclusion: resumed, {kept} measurements kept from an earlier run are not made again" in rerun.stdout
