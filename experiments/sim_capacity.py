@@ -1,6 +1,6 @@
 """Capacity, the tuner's objective, simulated and real, per config: issue 12's first accuracy target.
 
-    # on the GPU (~8 min a trace): the simulated capacity first, then the real search starting there
+    # on the GPU (~8 min a trace): the simulated capacity first, then the real search, started independently
     python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows azure \
         --real-out $OUT/capacity-azure.json --budget-s 480
     # anywhere, from a GPU run's measurements (the simulation is CPU work): compare again
@@ -17,12 +17,13 @@
 Capacity is measured exactly as a trial measures it (`tuner.trials.measure`, the default SLO: TTFT 2 s,
 TPOT 0.1 s, attainment 0.99): the highest rate scale of the window whose probe passes. The simulated
 search (one replay a probe: it is deterministic) brackets from x1 and bisects to 2%. The real one
-starts at the simulated capacity (x1.15 steps, squared) and bisects to 5%, each probe the majority of up
-to 3 replays, after a 32-request warm-up burst and one unmeasured replay of the whole window at the
-start scale (every kernel shape the window uses compiled before anything is measured). At the real
-capacity the window is replayed until three whole replays are in hand (the deciding probe's passing
-replays count), and the simulator replays it at that same scale: TTFT and TPOT p50/p99 real (median,
-min..max) against simulated, at the operating point the tuner would pick.
+starts where the tuner's first trial starts, at the window's own rate (x2 steps, squared), never at the
+simulated capacity (a real search started there reads "+0%" whenever the real value lies anywhere in its
+first bracket), and bisects to 5%, each probe the majority of up to 3 replays, after a 32-request warm-up
+burst and one unmeasured replay of the whole window at the start scale (every kernel shape the window uses
+compiled before anything is measured). At the real capacity the window is replayed until three whole replays
+are in hand (the deciding probe's passing replays count), and the simulator replays it at that same scale:
+TTFT and TPOT p50/p99 real (median, min..max) against simulated, at the operating point the tuner would pick.
 
 Beside each simulated capacity, the same search with every predicted step 3% shorter and 3% longer
 (`GpuProfile.scaled`): where one request of a small window decides the capacity, a step-time error that
@@ -92,6 +93,12 @@ def real_plan(start: float, slo: SloConfig, step: float = 1.15, tol: float = 0.0
                        warmup_requests=32)
 
 
+def independent_plan(start: float | None, slo: SloConfig) -> MeasurePlan:
+    """The real search: from a scale given (`--start`, x1.15 steps), else from the window's own rate doubling,
+    as the tuner's first trial: never from the simulated value it is compared with."""
+    return real_plan(start, slo) if start is not None else real_plan(1.0, slo, step=2.0)
+
+
 def check_plan(sim: float, within: float, slo: SloConfig) -> MeasurePlan:
     """The tuner's search with one coarse step: from sim / (1 + within) up to sim x (1 + within), where a pass
     then a fail proves the real capacity within that band of the simulated one in two probes."""
@@ -126,7 +133,7 @@ def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dic
             config = engine_config(profile, knobs, cpu)
             sim = sim_capacity(config, profile, requests, slo)
             plan = (check_plan(sim.values[0], check, slo) if check is not None
-                    else real_plan((starts or {}).get(cfg, sim.values[0]), slo))
+                    else independent_plan((starts or {}).get(cfg), slo))
             meta = {"sim_capacity": sim.values[0], "start": plan.start_scale,
                     **({} if check is None else {"check": check})}
             cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps

@@ -33,7 +33,7 @@ from tuner.console import Console, interrupted_line, quiet_failed_trial_tracebac
 from tuner.interrupts import Interrupted, Interrupts
 from tuner.model_tokenizer import ModelTokenizer
 from tuner.redact import mask_text, mask_url
-from tuner.results.conclude import NoBaseline, conclude, measurements_planned
+from tuner.results.conclude import NoBaseline, conclude
 from tuner.results.endpoint import measure_endpoint
 from tuner.results.export import ExportError, write_exports
 from tuner.results.fidelity import fidelity
@@ -67,6 +67,7 @@ from tuner.traffic import (
 )
 from tuner.trials.executors import Executors, open_executors
 from tuner.trials.http_executor import HttpExecutor
+from tuner.trials.measure import highest_scale
 from tuner.trials.metrics import allowed_failures
 from tuner.trials.supervisor import WorkerStartError
 from tuner.vllm import vllm_yaml
@@ -98,7 +99,9 @@ def _windows(app: AppConfig, traffic: TrafficLoad) -> tuple[ReplayWindow, Replay
     requests = select(traffic.requests, start_s=app.replay.start_s, duration_s=app.replay.duration_s,
                       max_requests=app.replay.max_requests, sample=app.replay.sample, seed=app.replay.seed,
                       time_scale=app.replay.time_scale)
-    split = split_windows(requests, app.validation.holdout_fraction)
+    held = app.validation.holdout_fraction > 0
+    _require_duration(app, "selection", requests, app.replay.min_window_s * (2 if held else 1))
+    split = split_windows(requests, app.validation.holdout_fraction, app.replay.min_window_s)
     search = ReplayWindow("search", split.search, arrival_rate(split.search))
     if not math.isfinite(search.rate_rps):
         raise TrafficError(f"{app.traffic}: the {len(split.search)} requests of the search window arrive at once: "
@@ -110,7 +113,35 @@ def _windows(app: AppConfig, traffic: TrafficLoad) -> tuple[ReplayWindow, Replay
     rates = Rates(search.rate_rps, search.rate_rps / app.replay.time_scale, peak_rate(traffic.requests))
     for window in (search, held_out):
         _warn_if_no_miss_allowed(window, app.slo)
+    log.info("windows: %s", "; ".join(_reach(app, w) for w in (search, held_out) if w is not None))
     return search, held_out, rates
+
+
+def _span(window: ReplayWindow) -> float:
+    return window.requests[-1].arrival_s - window.requests[0].arrival_s
+
+
+def _reach(app: AppConfig, window: ReplayWindow) -> str:
+    """What a window can show: the fastest rate at which it still spans replay.min_window_s."""
+    name = "held-out" if window.key == "validation" else window.key
+    top = window.rate_rps * highest_scale(_span(window), app.replay.min_window_s)
+    return (f"{name} {len(window.requests)} requests over {_span(window):.4g} s ({window.rate_rps:.4g} req/s), "
+            f"capacities up to {top:.4g} req/s (held for replay.min_window_s={app.replay.min_window_s:g} s)")
+
+
+def _require_duration(app: AppConfig, name: str, requests: tuple, needed_s: float) -> None:
+    """A window shorter than replay.min_window_s at its own rate cannot show a capacity even at that rate."""
+    span = requests[-1].arrival_s - requests[0].arrival_s if requests else 0.0
+    if span >= needed_s:
+        return
+    rate, minimum = arrival_rate(requests), app.replay.min_window_s
+    top = (len(requests) - 1) / minimum if minimum > 0 else math.inf
+    raise TrafficError(
+        f"{app.traffic}: the {name} spans {span:.4g} s ({len(requests)} requests, {rate:.4g} req/s), under the "
+        f"{needed_s:g} s it needs: a capacity is a rate held for replay.min_window_s={minimum:g} s, so a window of "
+        f"{len(requests)} requests shows none above {top:.4g} req/s, and the held-out window takes the last "
+        "replay.min_window_s seconds at least. Replay a longer window (replay.duration_s, replay.max_requests), "
+        "or lower replay.min_window_s")
 
 
 def _warn_if_no_miss_allowed(window: ReplayWindow | None, slo: SloConfig) -> None:
@@ -303,20 +334,25 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
                          console.progress, heartbeat, executors.interrupts, on_stale, executors.figures)
     run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale, executors.interrupts)
     console.end_trials()
-    bar = console.bar(measurements_planned(app, app.tuner.finalists), "re-measuring finalists and baseline")
+    interrupts = executors.interrupts or Interrupts()
+    bar = console.bar(0, "re-measuring finalists and baseline")
     try:
-        c = conclude(executors.measure, app, study, search, held_out, lambda: bar.update(1))
+        c = conclude(executors.measure, app, study, search, held_out, lambda: bar.update(1),
+                     lambda total: console.retotal(bar, total))
     except NoBaseline as e:
         print(f"error: {e}", file=sys.stderr)
         tracker.finish_study(parent, RunState.FAILED)
         return 1
     finally:
         bar.close()
+    interrupts.check()  # between phases too: the conclusion is kept, a rerun exports it
     try:
         plot_paths = study_plots(app, study, c, out_dir / "plots", (held_out or search).rate_rps)
     except OSError as e:
         raise ExportError(e.filename or out_dir / "plots", e) from None
-    checked = fidelity(c, executors.sim, out_dir) if executors.sim and executors.measure is not executors.sim else None
+    interrupts.check()
+    checked = (fidelity(c, executors.sim, out_dir, app, held_out)
+               if executors.sim and executors.measure is not executors.sim else None)
     simulated = executors.sim is not None and executors.measure is executors.sim  # the verdict's figures
     inputs = report_inputs(app, study, c, traffic, rates, (search, held_out), space.inert,
                            [p.name for p in plot_paths], list(HydraConfig.get().overrides.task), executors.figures,
@@ -327,9 +363,12 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
                                                    simulated),
                           report_md=render_report(inputs))
     refit = [checked.refit_path] if checked and checked.refit_path else []
+    failed = [*c.selection.failed, *c.proof.failed]  # each with its reason, as the console and report say
     tracker.log_study_artifacts(parent, [paths.best, paths.vllm, paths.report, *plot_paths, *refit],
                                 study_metrics(c), {"pagetune.verdict": verdict_text(c, simulated),
-                                                   TAG_NOTE: study_note(inputs)}, study_history(study))
+                                                   TAG_NOTE: study_note(inputs),
+                                                   **({"pagetune.remeasure_failed": "; ".join(failed)[:4000]}
+                                                      if failed else {})}, study_history(study))
     tracker.finish_study(parent)
     link = review_link(tracker.experiment_id(), parent) if isinstance(tracker, Tracker) and tracker.enabled else ""
     console.lines(summary_lines(c, inputs, paths, app.tracking.uri, link))

@@ -253,6 +253,10 @@ class ReplayConfig:
     on_error: OnError = OnError["raise"]  # a malformed line: raise (file:line: reason) or skip and count it
     long_prompts: LongPrompts = LongPrompts.reject  # prompts past the model's length: reject or truncate
     max_rejected_share: float = 0.05  # stop when more of the traffic than this is rejected as too long
+    # a capacity is a rate sustained this long: a window replayed faster than it spans this many seconds is a
+    # burst, and its capacity is not measured there. 60 s: 5% over capacity (tuner.capacity_tol) puts a server
+    # 2 s behind (slo.ttft_s) after 40 s; 0: only a window arriving at once is refused
+    min_window_s: float = 60.0
     # an OpenAI-compatible server's API root (http://HOST:PORT/v1: pagetune's, vLLM, SGLang): replay against it
     # over HTTP and measure its own config once (tuner.n_trials=1), nothing searched; None: trials in-process
     target: str | None = None
@@ -268,6 +272,8 @@ class ReplayConfig:
                f"must be >= 1, got {self.max_requests}")
         _check(self.sample is None or 0.0 < self.sample <= 1.0, "replay.sample",
                f"must be in (0, 1], got {self.sample}")
+        _check(0.0 <= self.min_window_s < math.inf, "replay.min_window_s",
+               f"must be >= 0 seconds and finite, got {self.min_window_s}")
         _check(0.0 <= self.max_rejected_share <= 1.0, "replay.max_rejected_share",
                f"must be in [0, 1], got {self.max_rejected_share}")
 
@@ -277,7 +283,7 @@ class ValidationConfig:
     """After the search: the finalists and the baseline measured again, then the pick against the baseline
     on a window the search did not see (tuner.results)."""
 
-    holdout_fraction: float = 0.2  # last share of the trace (by time) kept from the search; 0: none
+    holdout_fraction: float = 0.2  # the last share of the selection's duration kept from the search; 0: none
     select_rounds: int = 3  # interleaved rounds measuring the finalists and the baseline on the search window
     proof_rounds: int = 8  # interleaved rounds measuring the pick and the baseline on the held-out window
 

@@ -15,16 +15,18 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from tuner.redact import mask_text
+from tuner.results.kept import KeptMeasurements
 from tuner.search.space import is_baseline
 from tuner.search.study import INTERRUPTED, TrialFailed
 from tuner.tracking import rounded
 from tuner.trials.job import TrialOutcome, TrialStatus
 
-__all__ = ["SATURATED_WARNING", "Console", "interrupted_line", "quiet_failed_trial_tracebacks", "trial_line"]
+__all__ = ["SATURATED_WARNING", "Console", "interrupted_line", "inversion_note", "quiet_failed_trial_tracebacks",
+           "trial_line"]
 
-SATURATED_WARNING = ("warning: the baseline met the SLO with the whole search window arriving at once: capacity "
-                     "cannot rank configs on this window. Tighten the SLO (slo.ttft_s, slo.tpot_s) or replay more "
-                     "requests (replay.max_requests, replay.duration_s).")
+SATURATED_WARNING = ("warning: the baseline met the SLO at the fastest rate the search window allows (spanning "
+                     "replay.min_window_s): capacity cannot rank configs on this window. Tighten the SLO (slo.ttft_s, "
+                     "slo.tpot_s) or replay more requests (replay.max_requests, replay.duration_s).")
 
 
 def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[str, float]) -> str:
@@ -35,11 +37,23 @@ def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[s
         bound = " (the SLO held at every rate the window allows)" if metrics.get("saturated") else ""
         return (f"{head}: capacity {metrics['capacity_rps']:.4g} req/s = x{metrics['capacity_x_trace']:.3g} the "
                 f"trace's rate{bound}; TTFT p99 {metrics['ttft_p99_s']:.3g} s, TPOT p99 {metrics['tpot_p99_s']:.3g} s "
-                f"there ({cost}) [{knobs}]")
+                f"there ({cost}){inversion_note(metrics)} [{knobs}]")
     if outcome.status is TrialStatus.ok:
         return (f"{head}: goodput {metrics['goodput_rps']:.4g} req/s, attainment {metrics['slo_attainment']:.3f}, "
                 f"output {metrics['output_tok_s']:.4g} tok/s, E2E p99 {metrics['e2e_p99_s']:.3g} s [{knobs}]")
     return f"{head}: {outcome.status.value.upper()}: {mask_text(outcome.reason or '')} [{knobs}]"
+
+
+def inversion_note(metrics: dict[str, float]) -> str:
+    """`; not monotone: ...` when a probe passed above a failing one (`trials.measure.inversions`), else ''."""
+    if "inversion_pass_scale" not in metrics:
+        return ""
+    window_rps = metrics["capacity_rps"] / metrics["capacity_scale"] if metrics.get("capacity_scale") else None
+
+    def rate(scale: float) -> str:
+        return f"{scale * window_rps:.4g} req/s" if window_rps else f"x{scale:.4g}"
+    return (f"; pass/fail not monotone in the rate: passed at {rate(metrics['inversion_pass_scale'])} above a fail "
+            f"at {rate(metrics['inversion_fail_scale'])}, capacity settled below every fail")
 
 
 def interrupted_line(study: optuna.Study, storage: str, signal_name: str) -> str:
@@ -50,8 +64,10 @@ def interrupted_line(study: optuna.Study, storage: str, signal_name: str) -> str
                for n in t.system_attrs.get("retry_history", ())}
     requeued = [t.number for t in trials if t.number in waiting and t.user_attrs.get("status") == INTERRUPTED]
     again = f"trial {', '.join(map(str, requeued))} re-enqueued" if requeued else "no trial was running"
-    return (f"interrupted ({signal_name}): {measured} trials measured are saved in {mask_text(storage)}; {again}; "
-            "resume with the same command")
+    kept = KeptMeasurements(study).count()
+    conclusion = f"; {kept} measurements of the conclusion kept" if kept else ""
+    return (f"interrupted ({signal_name}): {measured} trials measured are saved in {mask_text(storage)}{conclusion}; "
+            f"{again}; resume with the same command")
 
 
 class _NoTracebackForTrialFailed(logging.Filter):
@@ -117,6 +133,12 @@ class Console:
 
     def bar(self, total: int, desc: str) -> tqdm:
         return tqdm(total=total, desc=desc, unit="measurement", leave=False)
+
+    @staticmethod
+    def retotal(bar: tqdm, total: int) -> None:
+        """What will run, once it is known (the finalists found, the pick made): the bar and its ETA count it."""
+        bar.total = total
+        bar.refresh()
 
     def close(self) -> None:
         self.end_trials()

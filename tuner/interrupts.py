@@ -1,9 +1,11 @@
 """SIGINT and SIGTERM stop a study cleanly; a second one forces the exit.
 
-    first signal   the flag is set; the supervisor sees it within half a second, stops the worker, and
-                   raises `Interrupted`: the running trial is failed ("interrupted", its MLflow run
-                   KILLED) and re-queued, the study stops, the parent run is KILLED, one line says what
-                   was saved, and the command exits 128 + the signal (130 SIGINT, 143 SIGTERM)
+    first signal   the flag is set; the supervisor sees it within half a second (the simulator before its
+                   next step), stops the worker, and raises `Interrupted`, in any phase: a running trial
+                   is failed ("interrupted", its MLflow run KILLED) and re-queued; a running
+                   re-measurement of the conclusion is dropped (those done are kept in the study, and a
+                   rerun resumes from them); the parent run is KILLED, one line says what was saved,
+                   and the command exits 128 + the signal (130 SIGINT, 143 SIGTERM)
     second signal  the worker is killed and the process exits at once, with the same code
 
 The worker process ignores both (`trials.supervisor`): a Ctrl-C in a terminal reaches the whole process
@@ -54,8 +56,8 @@ class Interrupts:
     def _handle(self, signum: int, _frame: object) -> None:
         if self.signum is None:
             self.signum = signum
-            print(f"{signal.Signals(signum).name}: stopping after saving the running trial as interrupted "
-                  "(again to exit now)", file=sys.stderr, flush=True)
+            print(f"{signal.Signals(signum).name}: stopping now; what was measured is kept, the running measurement "
+                  "is dropped (a rerun measures it again); again to exit at once", file=sys.stderr, flush=True)
             return
         print(f"{signal.Signals(signum).name} again: exiting now; the running trial stays RUNNING until its "
               "heartbeat goes stale (a rerun then retries it)", file=sys.stderr, flush=True)

@@ -23,7 +23,8 @@ def tuner_args(tmp: Path, traffic: Path, *extra: str, study: str = "t", trials: 
         f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"hydra.run.dir={tmp}/out-{study}",
         "replay.max_requests=12", "replay.time_scale=4", "tuner.n_startup_trials=1", "tuner.repeats=1",
         "tuner.finalists=1", "tuner.warmup_requests=4", "validation.select_rounds=1", "validation.proof_rounds=2",
-        "runtime.cache.device_memory_gb=0.05", "runtime.scheduler.max_model_len=1024", "executor=real", *extra,
+        "runtime.cache.device_memory_gb=0.05", "runtime.scheduler.max_model_len=1024", "executor=real",
+        "replay.min_window_s=0", *extra,  # a few requests: seconds of trace, no sustained rate to measure
     ]
 
 

@@ -18,7 +18,15 @@ from pathlib import Path
 import optuna
 
 from runtime import EngineConfig
-from tuner.config import AppConfig, ParamConfig, SearchConfig, SloConfig, TunerConfig, ValidationConfig
+from tuner.config import (
+    AppConfig,
+    ParamConfig,
+    ReplayConfig,
+    SearchConfig,
+    SloConfig,
+    TunerConfig,
+    ValidationConfig,
+)
 from tuner.results.conclude import Conclusion, conclude
 from tuner.search.baseline import baseline_config
 from tuner.search.objective import Rates, TrialRunner
@@ -85,16 +93,23 @@ def fake_app(*, seed: int = 0, trials: int = 10, finalists: int = 3, select_roun
     return AppConfig(traffic=SAMPLE, runtime=EngineConfig.from_flat("tiny", device="cpu"), search=space,
                      slo=SloConfig(), tuner=TunerConfig(n_trials=trials, finalists=finalists, repeats=repeats,
                                                         n_startup_trials=4, warmup_requests=0, seed=seed),
-                     validation=ValidationConfig(select_rounds=select_rounds, proof_rounds=proof_rounds))
+                     validation=ValidationConfig(select_rounds=select_rounds, proof_rounds=proof_rounds),
+                     replay=ReplayConfig(min_window_s=0.0))  # the fake's capacity is not a rate in time
 
 
 def run_fake_study(tmp: Path, executor: FakeExecutor, seed: int, **app_changes) -> tuple[Conclusion, optuna.Study]:
     """A whole study, search to verdict, on the fake executor: real Optuna, real pruner, real conclusion."""
+    app, study = run_fake_search(tmp, executor, seed, **app_changes)
+    return conclude(executor, app, study, window("search"), window("validation", 40)), study
+
+
+def run_fake_search(tmp: Path, executor: FakeExecutor, seed: int, **app_changes) -> tuple[AppConfig, optuna.Study]:
+    """The search of `run_fake_study`, its trials in an in-memory study; the conclusion not yet made."""
     app = fake_app(seed=seed, **app_changes)
     hardware = executor.describe(app.runtime)
     space = SearchSpace.from_config(app.search, app.runtime.inert_fields(hardware.device_type))
     baseline, _ = baseline_config(app, hardware, space)
-    search, held_out = window("search"), window("validation", 40)
+    search = window("search")
     study = optuna.create_study(sampler=build_sampler(app.tuner), pruner=build_pruner(app.tuner),
                                 directions=list(app.tuner.directions))
     space.enqueue_baseline(study, space.values_of(baseline))
@@ -102,4 +117,4 @@ def run_fake_study(tmp: Path, executor: FakeExecutor, seed: int, **app_changes) 
     rates = Rates(search.rate_rps, search.rate_rps, search.rate_rps)
     runner = TrialRunner(app, space, executor, search, rates, baseline, tracker, "parent")
     study.optimize(runner, n_trials=app.tuner.n_trials, catch=(TrialFailed,))
-    return conclude(executor, app, study, search, held_out), study
+    return app, study

@@ -1,12 +1,17 @@
-"""The console warns when a window is too short for its attainment to allow a single miss."""
+"""The console warns when a window is too short for its attainment to allow a single miss; a selection too short
+to hold a rate for replay.min_window_s is refused with its numbers."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
-from tuner.app import _warn_if_no_miss_allowed
-from tuner.config import SloConfig
-from tuner.traffic import ReplayWindow
+import pytest
+
+from tests.tuner.fakes import fake_app
+from tuner.app import _require_duration, _warn_if_no_miss_allowed
+from tuner.config import ReplayConfig, SloConfig
+from tuner.traffic import ReplayWindow, TrafficError, TrafficRequest
 
 
 def _window(n: int) -> ReplayWindow:
@@ -28,3 +33,16 @@ def test_long_enough_windows_and_strict_attainment_say_nothing(caplog):
         _warn_if_no_miss_allowed(_window(5), SloConfig(attainment=1.0))
         _warn_if_no_miss_allowed(None, SloConfig())
     assert caplog.records == []
+
+
+def test_a_selection_too_short_to_hold_a_rate_for_min_window_s_is_refused_with_its_numbers():
+    app = dataclasses.replace(fake_app(), replay=ReplayConfig(min_window_s=60.0))
+    requests = tuple(TrafficRequest(f"r{i}", i * 0.25, (5, 6), 1, f"f:{i}") for i in range(121))  # 30 s at 4 req/s
+    with pytest.raises(TrafficError) as e:
+        _require_duration(app, "selection", requests, 120.0)
+    assert str(e.value) == (
+        f"{app.traffic}: the selection spans 30 s (121 requests, 4 req/s), under the 120 s it needs: a capacity is a "
+        "rate held for replay.min_window_s=60 s, so a window of 121 requests shows none above 2 req/s, and the "
+        "held-out window takes the last replay.min_window_s seconds at least. Replay a longer window "
+        "(replay.duration_s, replay.max_requests), or lower replay.min_window_s")
+    _require_duration(app, "selection", requests, 30.0)  # long enough: nothing said

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -27,8 +28,9 @@ def test_the_simulated_quick_start_says_simulated_everywhere(tmp_path):
     label = f"simulated (profile: {profile}, tiny on Test GPU (torch 2.13.0))"
     assert f"figures are {label}" in result.stdout
     assert "device: 1 x Test GPU (simulated: tiny-profile.json)" in result.stdout
-    # the step-time model cannot see the kernels' path thresholds: a simulated study leaves them as they are
-    assert "not searched, no effect in simulation: flash_min_len, split_kv_min_len" in result.stdout
+    # the step-time model cannot see the kernels' path thresholds nor swap's cost: a simulated study leaves them
+    assert ("not searched, no effect in simulation: preemption_mode, swap_space, flash_min_len, split_kv_min_len"
+            in result.stdout)
     assert f"Figures: {label}" in result.stdout
     out = tmp_path / "out-sim"
     best = EngineConfig.from_yaml(out / "best.yaml")
@@ -61,10 +63,14 @@ def test_sim_plus_real_measures_the_finalists_for_real_and_refits_the_profile(tm
     out = tmp_path / "out-sr"
     report = (out / "report.md").read_text()
     section = report.split("## Simulated and measured\n\n")[1].split("\n\n")[0].splitlines()
-    assert section[0].startswith("- baseline: simulated ") and "measured" in section[0]
-    assert "simulation error" in section[0]
-    assert section[-2].startswith("- step times of tiny-profile.json on ")
-    assert section[-1].startswith("- refitted with them (profile-refit.json): ")
+    # out of sample first (the held-out window, simulated after the search), then in sample, labelled
+    assert section[0].startswith("- held-out window, out of sample (no trial replayed it")
+    assert section[1].startswith("-   ") and "simulated" in section[1] and "measured" in section[1]
+    in_sample = section.index("- search window, in sample (the simulated values that chose the configs):")
+    baseline = section[in_sample + 1]
+    assert baseline.startswith("-   baseline: simulated ") and "simulation error" in baseline
+    assert section[-2].startswith("- step times of tiny-profile.json on ") and "(out of sample)" in section[-2]
+    assert section[-1].startswith("- refitted with them (profile-refit.json; in sample from now on")
     refit = load_profile(out / "profile-refit.json")
     assert refit.notes[-1].startswith("refitted with ") and len(refit.samples["bs16/auto/eager"]) > 0
     assert EngineConfig.from_yaml(out / "best.yaml").metadata["figures"].endswith(
@@ -96,12 +102,18 @@ def test_the_shipped_h200_profiles_load(name, model):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto runs the real runtime on a GPU")
-def test_the_readme_quick_start_simulates_the_shipped_h200_profile_in_under_two_minutes(tmp_path):
-    """The README's quick start as written (cwd: a fresh folder), on this CPU: executor=auto simulates."""
-    command = [sys.executable, "-m", "tuner", f"+traffic={SAMPLE_TRAFFIC}", "tuner.n_trials=6", "slo.ttft_s=0.3",
-               "slo.tpot_s=0.02"]
-    result = run_tuner(command, cwd=tmp_path, timeout=120)  # the issue's bound: under 2 minutes on 2 cores
+@pytest.mark.slow
+def test_the_readme_quick_start_simulates_the_shipped_h200_profile_and_reads_believably(tmp_path):
+    """The README's quick start as written (cwd: a fresh folder), on this CPU: executor=auto simulates, and what it
+    reports is a rate an 8B model on one H200 serves (issue 32: not the tens of thousands of req/s a burst drains
+    at). 6.5 minutes on a shared 2-core machine: the conclusion's rounds are most of it."""
+    command = [sys.executable, "-m", "tuner", f"+traffic={ROOT / 'tuner' / 'data' / 'rag.jsonl'}", "tuner.n_trials=6"]
+    result = run_tuner(command, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
+    (capacity,) = re.findall(r"^Capacity of the exported config on the proof window: ([0-9.]+) req/s", result.stdout,
+                             re.MULTILINE)
+    assert 1.0 < float(capacity) < 50.0, result.stdout[-3000:]
+    assert "windows: search 1406 requests over 87.23 s (16.11 req/s), capacities up to 23.42 req/s" in result.stdout
     profile = SHIPPED / "h200-llama-3-8b.json"
     assert f"executor: sim (no GPU here: {profile} is simulated; executor=real runs the runtime on this CPU)" \
         in result.stdout

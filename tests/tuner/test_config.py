@@ -123,6 +123,7 @@ def test_mistyped_value_fails_at_compose_naming_the_key(compose, override, messa
     ("runtime.cache.block_size=12", "runtime.cache.block_size: must be a power of two in [1, 256], got 12"),
     ("replay.time_scale=0", "replay.time_scale: must be > 0, got 0.0"),
     ("validation.holdout_fraction=1.0", "validation.holdout_fraction: must be in [0, 1), got 1.0"),
+    ("replay.min_window_s=-1", "replay.min_window_s: must be >= 0 seconds and finite, got -1.0"),
     ("tuner.n_trials=0", "tuner.n_trials: must be >= 1, got 0"),
     ("tuner.capacity_tol=0", "tuner.capacity_tol: must be in [0.001, 1], got 0.0"),
     ("validation.proof_rounds=1", "validation.proof_rounds: must be >= 2 (an interval needs two), got 1"),

@@ -227,6 +227,7 @@ APP_BAD: dict[str, st.SearchStrategy] = {
     "replay.on_error": names_outside(("raise", "skip")),
     "replay.long_prompts": names_outside(("reject", "truncate")),
     "replay.max_rejected_share": numbers_outside(lambda x: 0 <= x <= 1),
+    "replay.min_window_s": numbers_outside(lambda x: 0 <= x < math.inf),
     "validation.holdout_fraction": numbers_outside(lambda x: 0 <= x < 1),
     "validation.select_rounds": ints_below(1),
     "validation.proof_rounds": ints_below(2),

@@ -6,6 +6,7 @@ the same thing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -20,11 +21,14 @@ from tuner.results.no_capacity import (
     measures_zero,
     no_capacity_verdict,
 )
-from tuner.results.verdict import Saturation, Verdict, paired_interval, verdict
+from tuner.results.kept import KeptMeasurements
+from tuner.results.verdict import Saturation, Verdict, paired_interval, verdict, with_latency
 from tuner.traffic import ReplayWindow
 from tuner.trials.supervisor import Executor
 
 __all__ = ["Conclusion", "NoBaseline", "conclude", "measurements_planned", "objective_unit"]
+
+log = logging.getLogger("pagetune")
 
 
 class NoBaseline(RuntimeError):
@@ -57,30 +61,46 @@ def objective_unit(app: AppConfig) -> str:
 
 
 def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: ReplayWindow,
-             held_out: ReplayWindow | None, on_done: Callable[[], None] = lambda: None) -> Conclusion:
+             held_out: ReplayWindow | None, on_done: Callable[[], None] = lambda: None,
+             on_plan: Callable[[int], None] = lambda _: None) -> Conclusion:
+    """Select, prove, judge. Every measurement is kept in `study` as it is made (`results.kept`): a rerun after a
+    signal resumes here. `on_plan(n)`: the measurements this conclusion makes in all (once the finalists are
+    known, and again once the pick is), `on_done()` after each."""
     baseline, finalists = choose(study, app)
     if baseline is None:
         raise NoBaseline(f"study {study.study_name}: the baseline trial did not complete; see its failure "
                          "reason in the trial list above and in MLflow")
-    if measures_zero(app, [baseline, *finalists]):  # nothing to select or prove: rank at the trace's own rate
-        ranked = measure_at_trace_rate(executor, app, [baseline, *finalists], search, on_done)
-        empty = empty_remeasured(search, [baseline, *finalists])
+    candidates = [baseline, *finalists]
+    if measures_zero(app, candidates):  # nothing to select or prove: rank at the trace's own rate
+        ranked = measure_at_trace_rate(executor, app, candidates, search, on_done)
+        empty = empty_remeasured(search, candidates)
         return Conclusion(baseline, finalists, empty, baseline, empty, no_capacity_verdict(ranked, BASELINE),
                           objective_unit(app), ranked)
-    selection = remeasure(executor, app, [baseline, *finalists], search, app.validation.select_rounds, on_done)
-    medians = {c.label: selection.median(c.label) for c in [baseline, *finalists]}
-    pick = max([baseline, *finalists], key=lambda c: -1.0 if medians[c.label] is None else medians[c.label])
+    kept = KeptMeasurements(study)
+    if kept.count():
+        log.info("conclusion: resumed, %d measurements kept from an earlier run are not made again", kept.count())
+    independent = app.tuner.fidelity == "sim+real"  # the search's values are simulated: no start from them
+    on_plan(measurements_planned(app, len(finalists)))
+    selection = remeasure(executor, app, candidates, search, app.validation.select_rounds, on_done, kept,
+                          independent)
+    medians = {c.label: selection.median(c.label) for c in candidates}
+    pick = max(candidates, key=lambda c: -1.0 if medians[c.label] is None else medians[c.label])
     proof_window = held_out if held_out is not None else search
     pair = [pick, baseline] if pick is not baseline else [baseline]
-    proof = remeasure(executor, app, pair, proof_window, app.validation.proof_rounds, on_done)
-    interval = paired_interval(proof.values[pick.label], proof.values[BASELINE]) if pick is not baseline else None
+    on_plan(app.validation.select_rounds * len(candidates) + app.validation.proof_rounds * len(pair))
+    proof = remeasure(executor, app, pair, proof_window, app.validation.proof_rounds, on_done, kept, independent)
     window = "held-out" if held_out is not None else "search (fresh rounds)"
     saturated = Saturation(pick=any(proof.saturated[pick.label]), baseline=any(proof.saturated[BASELINE]))
-    return Conclusion(baseline, finalists, selection, pick, proof,  # every objective's value: higher is better
-                      verdict(pick is baseline, interval, objective_unit(app), window, saturated=saturated),
-                      objective_unit(app))
+    if pick is baseline:
+        judged = verdict(True, None, objective_unit(app), window, saturated=saturated)
+    else:
+        interval = paired_interval(proof.values[pick.label], proof.values[BASELINE])
+        judged = verdict(False, interval, objective_unit(app), window, saturated=saturated)
+        if app.tuner.objective is ObjectiveName.pareto:  # throughput and p99 latency, both
+            judged = with_latency(judged, paired_interval(proof.latency[pick.label], proof.latency[BASELINE]))
+    return Conclusion(baseline, finalists, selection, pick, proof, judged, objective_unit(app))
 
 
 def measurements_planned(app: AppConfig, finalists: int) -> int:
-    """How many measurements `conclude` makes at most (for a progress bar)."""
+    """How many measurements `conclude` makes with `finalists` finalists and a pick other than the baseline."""
     return app.validation.select_rounds * (finalists + 1) + app.validation.proof_rounds * 2

@@ -11,6 +11,7 @@ The verdict (`tuner.results.verdict`) reads the proof rounds only.
 
 from __future__ import annotations
 
+import logging
 import random
 import statistics
 from collections.abc import Callable, Sequence
@@ -21,15 +22,18 @@ from optuna.trial import FrozenTrial, TrialState
 
 from runtime import EngineConfig
 from tuner.config import AppConfig, ObjectiveName
+from tuner.redact import mask_text
+from tuner.results.kept import Kept, KeptMeasurements
 from tuner.search.objective import feasible, plan_for
 from tuner.search.space import BASELINE_ATTR, is_baseline
 from tuner.traffic import ReplayWindow
 from tuner.trials.job import Probe, TrialJob, TrialStatus
 from tuner.trials.supervisor import Executor
 
-__all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "remeasure"]
+__all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "measure_once", "remeasure"]
 
 BASELINE = "baseline"
+log = logging.getLogger("pagetune")
 
 
 class Candidate(NamedTuple):
@@ -48,6 +52,7 @@ class Remeasured(NamedTuple):
     failed: list[str]  # what did not complete, with reasons
     saturated: dict[str, list[bool]]  # label -> per round: the SLO held at every rate the window allows
     steps: tuple[tuple[str, int, int, int, int, float], ...] = ()  # sim+real: the real engine's timed steps
+    latency: dict[str, list[float | None]] | None = None  # pareto: label -> per round, its E2E p99 (s)
 
     def median(self, label: str) -> float | None:
         done = [v for v in self.values[label] if v is not None]
@@ -81,19 +86,51 @@ def _candidate(t: FrozenTrial, label: str) -> Candidate:
 
 
 def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate], window: ReplayWindow,
-              rounds: int, on_done: Callable[[], None] = lambda: None) -> Remeasured:
-    """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round."""
+              rounds: int, on_done: Callable[[], None] = lambda: None, kept: KeptMeasurements | None = None,
+              independent: bool = False) -> Remeasured:
+    """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round. A measurement
+    kept from an earlier run (`kept`) is not made again; a failed one is made again up to RETRIES times, each
+    failure said at once with its reason. `independent`: capacity searches start at the window's own rate, not at
+    the candidate's search value (another executor measured that: sim+real)."""
+    kept = kept or KeptMeasurements(None)
     labels = [c.label for c in candidates]
-    result = Remeasured(window.key, {k: [] for k in labels}, {k: [] for k in labels}, {}, [], {k: [] for k in labels})
+    result = Remeasured(window.key, {k: [] for k in labels}, {k: [] for k in labels}, {}, [], {k: [] for k in labels},
+                        latency={k: [] for k in labels})
     steps: list = []
     for r in range(rounds):
         for c in [*candidates[r % len(candidates):], *candidates[:r % len(candidates)]]:
-            value, probes, saturated = _measure(executor, app, c, window, r, result.failed, result.rows, steps)
-            result.values[c.label].append(value)
-            result.probes[c.label].append(probes)
-            result.saturated[c.label].append(saturated)
+            done = kept.get(window.key, c.trial, r)
+            if done is None:
+                done = _measure_retrying(executor, app, c, window, r, result.failed, steps, independent)
+                if done is not None:
+                    kept.put(window.key, c.trial, r, done if c.label not in result.rows else done._replace(rows=()))
+            if done is not None and done.rows:
+                result.rows.setdefault(c.label, done.rows)
+            result.values[c.label].append(None if done is None else done.value)
+            result.latency[c.label].append(None if done is None else done.latency)
+            result.probes[c.label].append(() if done is None else done.probes)
+            result.saturated[c.label].append(False if done is None else done.saturated)
             on_done()
     return result._replace(steps=tuple(steps))
+
+
+RETRIES = 2  # a failed re-measurement is made again at most this often before it counts as missing
+
+
+def _measure_retrying(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int,
+                      failed: list[str], steps: list, independent: bool) -> Kept | None:
+    for attempt in range(RETRIES + 1):
+        done, reason = measure_once(executor, app, c, window, round_, steps, independent)
+        if done is not None:
+            return done
+        where = f"{c.label} on the {window.key} window, round {round_ + 1}"
+        again = attempt < RETRIES and not reason.startswith(TrialStatus.infeasible.value)
+        log.warning("re-measurement failed: %s: %s%s", where, mask_text(reason),
+                    f"; measuring it again ({attempt + 1} of {RETRIES})" if again else "")
+        if not again:
+            failed.append(f"{where}: {reason} ({attempt + 1} attempt{'s' if attempt else ''})")
+            return None
+    return None
 
 
 def _dither(app: AppConfig, key: str) -> float:
@@ -103,11 +140,12 @@ def _dither(app: AppConfig, key: str) -> float:
     return (1.0 + app.tuner.capacity_tol) ** u
 
 
-def _measure(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int,
-             failed: list[str], rows: dict, steps: list) -> tuple[float | None, tuple[Probe, ...], bool]:
-    """One fresh measurement; capacity starts its bracket at the candidate's search capacity (req/s)."""
+def measure_once(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int, steps: list,
+             independent: bool) -> tuple[Kept | None, str]:
+    """One fresh measurement, or None and why not. Capacity starts its bracket at the candidate's search capacity
+    (req/s), unless `independent`: then at the window's own rate, doubling."""
     capacity = app.tuner.objective is ObjectiveName.capacity
-    start = c.search_value / window.rate_rps if capacity and c.search_value > 0 else None
+    start = c.search_value / window.rate_rps if capacity and c.search_value > 0 and not independent else None
     if start is not None:
         start *= _dither(app, f"{c.label}/{window.key}/{round_}")
     job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(app, start, repeats=1, checkpoint=False),
@@ -115,11 +153,9 @@ def _measure(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWin
     outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, app.tuner.trial_timeout_s)
     steps.extend(outcome.steps)
     if outcome.status is not TrialStatus.ok or outcome.measurement is None:
-        failed.append(f"{c.label} on the {window.key} window, round {round_ + 1}: {outcome.status.value}: "
-                      f"{outcome.reason}")
-        return None, (), False
+        return None, f"{outcome.status.value}: {outcome.reason or 'no reason given'}"
     m = outcome.measurement
-    rows.setdefault(c.label, m.latency_rows)
     scale = window.rate_rps if capacity else 1.0
     probes = tuple(p._replace(scale=p.scale * scale) for p in m.probes) if capacity else m.probes
-    return m.values[0] * scale, probes, m.saturated
+    latency = m.values[1] if len(m.values) > 1 else None
+    return Kept(m.values[0] * scale, probes, m.saturated, m.latency_rows, latency), ""

@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.config import AppConfig, ObjectiveName
+from tuner.console import inversion_note
 from tuner.redact import mask_text, mask_url
 from tuner.results import plots
 from tuner.results.conclude import Conclusion
@@ -82,6 +83,8 @@ def _notes(study: optuna.Study, c: Conclusion, traffic: TrafficLoad) -> list[str
              f"{mask_text(str(t.user_attrs.get('reason')))}"
              for t in study.get_trials(deepcopy=False)
              if t.state is TrialState.FAIL or t.user_attrs.get("status") not in (None, "ok")]
+    notes += [f"trial {t.number}: {inversion_note(t.user_attrs['metrics']).removeprefix('; ')}"
+              for t in study.get_trials(deepcopy=False) if "inversion_pass_scale" in t.user_attrs.get("metrics", {})]
     notes += [f"re-measurement failed: {f}" for f in (*c.selection.failed, *c.proof.failed)]
     notes += [f"replay failed: {f}" for f in (c.no_capacity.failed if c.no_capacity else ())]
     done, needed = plots.importances_needed(study)

@@ -14,7 +14,8 @@ import statistics
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["CONFIDENCE", "Interval", "Saturation", "Verdict", "paired_interval", "t_quantile", "verdict"]
+__all__ = ["CONFIDENCE", "Interval", "Saturation", "Verdict", "paired_interval", "t_quantile", "verdict",
+           "with_latency"]
 
 CONFIDENCE = 0.95
 # t(0.975, df) for df = 1..30; beyond, the Cornish-Fisher expansion (error < 1e-4).
@@ -107,3 +108,23 @@ def verdict(pick_is_baseline: bool, interval: Interval | None, unit: str, window
     if favourable:
         return Verdict(True, f"improved: {text}", interval, method)
     return Verdict(False, f"no significant improvement: keep the baseline (pick - baseline {text})", interval, method)
+
+
+def with_latency(throughput: Verdict, latency: Interval | None) -> Verdict:
+    """Pareto's verdict: output tokens/s and E2E p99, both. The throughput verdict stands only where the pick's
+    p99 is not shown worse (pick - baseline p99 with its interval clear of zero upwards); the headline says both."""
+    if throughput.interval is None:
+        return throughput
+    if latency is None:
+        return Verdict(False, "no significant improvement: keep the baseline (E2E p99 not compared: fewer than 2 "
+                       f"paired rounds; throughput {throughput.headline})", throughput.interval, throughput.method)
+    rel, low, high = latency.relative
+    text = (f"E2E p99 {latency.mean:+.4g} s ({rel:+.1%}; 95% CI {latency.low:+.4g} .. {latency.high:+.4g} s, "
+            f"{low:+.1%} .. {high:+.1%})")
+    method = f"{throughput.method}; both objectives: output tok/s and E2E p99"
+    if not throughput.improved:
+        return Verdict(False, f"{throughput.headline}; {text}", throughput.interval, method)
+    if latency.low > 0:
+        return Verdict(False, f"no significant improvement: keep the baseline (the pick's {text} is worse; "
+                       f"throughput {throughput.headline})", throughput.interval, method)
+    return Verdict(throughput.improved, f"{throughput.headline}; {text}, not worse", throughput.interval, method)

@@ -73,7 +73,7 @@ def study_identity(app: AppConfig, traffic_sha256: str, simulated: str | None = 
     """`simulated`: the GPU profile's sha256 when the trials are simulated (a simulated study is another study);
     `engine`: what serves the trials when it is not the runtime (executor=vllm: vLLM's version, model and args)."""
     window = {k: getattr(app.replay, k) for k in ("start_s", "duration_s", "max_requests", "sample", "seed",
-                                                  "time_scale", "long_prompts")}
+                                                  "time_scale", "long_prompts", "min_window_s")}
     parts = {
         "traffic_sha256": traffic_sha256,
         "window": {**_plain(window), "holdout_fraction": app.validation.holdout_fraction},

@@ -58,7 +58,7 @@ def plan_for(app: AppConfig, start_scale: float | None, *, repeats: int, checkpo
     bracket steps finely around it; without one it starts at the window's own rate, doubling."""
     first_step = 2.0 if start_scale is None else 1.0 + 4 * app.tuner.capacity_tol
     return MeasurePlan(app.tuner.objective, app.slo, repeats, start_scale or 1.0, first_step, app.tuner.capacity_tol,
-                       checkpoint and start_scale is not None, app.tuner.warmup_requests)
+                       checkpoint and start_scale is not None, app.tuner.warmup_requests, app.replay.min_window_s)
 
 
 def trial_metrics(app: AppConfig, outcome: TrialOutcome, rates: Rates) -> dict[str, float]:

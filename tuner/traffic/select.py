@@ -74,17 +74,26 @@ class Windows(NamedTuple):
     validation: tuple[TrafficRequest, ...]  # later, never seen by the search; empty when the fraction is 0
 
 
-def split_windows(requests: Sequence[TrafficRequest], holdout_fraction: float) -> Windows:
-    """Split by request count, in time order: the last `holdout_fraction` of the requests (rounded
-    half up, at least one when the fraction is > 0) is the validation window. Both windows are
-    re-based to 0.0. Contiguous windows keep the trace's bursts, which a random split would smear."""
+def split_windows(requests: Sequence[TrafficRequest], holdout_fraction: float, min_held_s: float = 0.0) -> Windows:
+    """Split by time: the requests of the last `holdout_fraction` of the selection's duration, and at least its
+    last `min_held_s` seconds (at least one request when the fraction is > 0), are the validation window. Both
+    windows are re-based to 0.0. Sized by time, not by a share of requests: a capacity is a rate held over a
+    duration. Contiguous windows keep the trace's bursts, which a random split would smear."""
     _check(_finite(holdout_fraction) and 0 <= holdout_fraction < 1,
            f"holdout_fraction must be in [0, 1), got {holdout_fraction}")
-    held = 0 if holdout_fraction == 0 else max(1, _round_half_up(holdout_fraction * len(requests)))
+    if holdout_fraction == 0 or not requests:
+        return Windows(rebase(requests), ())
+    last = requests[-1].arrival_s
+    span = last - requests[0].arrival_s
+    cut = last - max(holdout_fraction * span, min_held_s)
+    held = max(1, sum(r.arrival_s >= cut for r in requests))
+    if held < len(requests) and last - requests[-held].arrival_s < min_held_s:
+        held += 1  # the request before the cut too: the window then spans `min_held_s` at least
     _check(len(requests) - held >= 1,
-           f"cannot hold out {holdout_fraction} of {len(requests)} requests and keep any for the search")
-    cut = len(requests) - held
-    return Windows(rebase(requests[:cut]), rebase(requests[cut:]))
+           f"cannot hold out the last {max(holdout_fraction * span, min_held_s):.4g} s of a {span:.4g} s selection "
+           f"({len(requests)} requests) and keep any for the search")
+    cut_at = len(requests) - held
+    return Windows(rebase(requests[:cut_at]), rebase(requests[cut_at:]))
 
 
 def _round_half_up(x: float) -> int:

@@ -95,7 +95,7 @@ def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str]
             f"executor.profile: no GPU profile at {path}. Make one on the GPU to simulate: "
             f"python -m runtime.profile model=llama-3-8b out={path}")
     try:
-        sim = SimExecutor(path)
+        sim = SimExecutor(path, interrupts=interrupts)
     except Exception as e:  # runtime.ConfigError: the file names its bad key
         raise TunerConfigError(f"executor.profile: {e}") from None
     if app.runtime.model.name != sim.profile.model:

@@ -48,6 +48,8 @@ class MeasurePlan:
     tol: float = 0.05  # capacity: bisect until upper / lower scale <= 1 + tol
     checkpoint: bool = False  # capacity: the first probe is the early-stopping checkpoint (the incumbent's)
     warmup_requests: int = 0  # replayed all at once and discarded before any measured replay; 0: none
+    min_window_s: float = 0.0  # capacity: no probe faster than the window spanning this long (replay.min_window_s)
+    edge_checks: int = 2  # capacity: probes one, two, ... tolerances below the edge (a fail there moves it)
 
 
 @dataclass(frozen=True)

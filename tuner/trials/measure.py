@@ -8,17 +8,22 @@ decisive (see `metrics.summarize`) decides alone. A failing replay stops once it
 probe decides (`metrics.stop_after_misses`): with one replay a probe, at the first miss past what the
 attainment target allows.
 
-Capacity (the default objective): the highest rate scale whose probe passes.
+Capacity (the default objective): the highest rate scale whose probe passes, with no fail below it.
 
     scale   0 ... lower --------- upper ...           bracket: from start_scale, x first_step, then
             pass   pass |  bisect  | fail   fail          squared each step, until one passes and one fails
                         `--- <= 1 + tol ---'            bisect (geometric mean) to the tolerance
+         check check                                    then probes one and two tolerances below the edge
+
+Pass/fail need not be monotone in the rate (how requests batch changes with it): a check that fails is a
+fail below a pass, and the edge is settled again below that fail (bracket, bisect, check; at most
+SETTLE_ROUNDS times). Every pass above a fail is reported (`inversions`), never hidden by the path.
 
 With `plan.checkpoint` the first probe (at the incumbent's capacity) is reported to `checkpoint`,
 which may stop the trial there: it is the only early stop, and it comes after a whole probe.
-A window whose every request can arrive at once and still meet the SLO cannot show a capacity:
-bracketing stops at MAX_SCALE (or when the scaled window is shorter than MIN_SPAN_S) and the
-measurement is marked saturated.
+A capacity is a rate sustained for `plan.min_window_s` (replay.min_window_s): no probe replays the window
+faster than it spans that long (`highest_scale`; at most MAX_SCALE). A config that meets the SLO there is
+marked saturated: its capacity is a lower bound, the most the window can show.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from tuner.trials.job import Measurement, MeasurePlan, Probe, ReplaySummary
 from tuner.trials.metrics import replay_summary, stop_after_misses
 from tuner.trials.timeline import ReplayResult
 
-__all__ = ["MAX_SCALE", "MIN_SCALE", "MIN_SPAN_S", "Checkpoint", "Replayer", "WindowReplayer", "measure", "probe"]
+__all__ = ["MAX_SCALE", "MIN_SCALE", "MIN_SPAN_S", "Checkpoint", "Replayer", "WindowReplayer", "highest_scale",
+           "inversions", "measure", "probe"]
 
 Replayer = Callable[[float], ReplaySummary]  # one measured replay of the window at a rate scale
 Checkpoint = Callable[[Probe], bool]  # the first capacity probe -> keep going?
@@ -82,6 +88,7 @@ class WindowReplayer:
 MAX_SCALE = 1e4  # x the window's rate: beyond this the window is one burst
 MIN_SCALE = 1e-3  # below this the SLO is not met by a lone request: capacity 0
 MIN_SPAN_S = 1e-3  # a window scaled shorter than this arrives at once: higher scales are the same replay
+SETTLE_ROUNDS = 3  # an edge with a fail below it is moved below that fail and checked again, at most this often
 HEADLINE = ("goodput_rps", "slo_attainment", "throughput_rps", "output_tok_s", "ttft_p50_s", "ttft_p99_s",
             "tpot_p50_s", "tpot_p99_s", "e2e_p99_s", "itl_p99_s", "kv_util_mean", "kv_util_peak",
             "kv_waste_mean", "prefix_hit_rate", "preemptions", "rejections", "peak_memory_gb", "slo_load")
@@ -125,12 +132,33 @@ def _capacity(replay: Replayer, plan: MeasurePlan, span_s: float,
         probes.append(probe(replay, scale, plan.repeats))
         return probes[-1]
 
-    first = run(plan.start_scale)
+    max_scale = highest_scale(span_s, plan.min_window_s)
+    first = run(min(plan.start_scale, max_scale))
     if plan.checkpoint and checkpoint is not None and not checkpoint(first):
         return _result(probes, None, first.scale, saturated=False), first
+    lower, upper = _bracket(run, first, plan.first_step, max_scale)
+    lower, upper = _bisect(run, lower, upper, plan.tol)
+    for _ in range(SETTLE_ROUNDS):  # a fail below the edge: the edge moves below it, and is checked again
+        if lower is None or upper is None or _checked(run, lower, plan):
+            break
+        fail = max((p for p in probes if not p.passed and p.scale < lower.scale), key=lambda p: p.scale)
+        below = max((p for p in probes if p.passed and p.scale < fail.scale), key=lambda p: p.scale, default=None)
+        if below is None:
+            below, fail = _bracket(run, fail, 1.0 + 4 * plan.tol, max_scale)
+        lower, upper = _bisect(run, below, fail, plan.tol)
+    saturated = upper is None and lower is not None
+    return _result(probes, lower, upper.scale if upper else None, saturated=saturated), None
+
+
+def highest_scale(span_s: float, min_window_s: float) -> float:
+    """The fastest a window may be replayed and still span `min_window_s` (a capacity, not a burst's drain)."""
+    return min(MAX_SCALE, span_s / max(min_window_s, MIN_SPAN_S)) if span_s > 0 else MAX_SCALE
+
+
+def _bracket(run: Callable[[float], Probe], first: Probe, step: float,
+             max_scale: float) -> tuple[Probe | None, Probe | None]:
+    """From `first`, steps that square each time, until one probe passes and one fails (or a bound is hit)."""
     lower, upper = (first, None) if first.passed else (None, first)
-    step = plan.first_step
-    max_scale = min(MAX_SCALE, span_s / MIN_SPAN_S) if span_s > 0 else MAX_SCALE
     while upper is None and lower.scale < max_scale:  # bracket upwards
         p = run(min(lower.scale * step, max_scale))
         lower, upper = (p, None) if p.passed else (lower, p)
@@ -139,16 +167,38 @@ def _capacity(replay: Replayer, plan: MeasurePlan, span_s: float,
         p = run(max(upper.scale / step, MIN_SCALE))
         lower, upper = (p, upper) if p.passed else (None, p)
         step *= step
-    while lower is not None and upper is not None and upper.scale / lower.scale > 1 + plan.tol:
+    return lower, upper
+
+
+def _bisect(run: Callable[[float], Probe], lower: Probe | None, upper: Probe | None,
+            tol: float) -> tuple[Probe | None, Probe | None]:
+    while lower is not None and upper is not None and upper.scale / lower.scale > 1 + tol:
         p = run(math.sqrt(lower.scale * upper.scale))
         lower, upper = (p, upper) if p.passed else (lower, p)
-    return _result(probes, lower, upper.scale if upper else None, saturated=upper is None), None
+    return lower, upper
+
+
+def _checked(run: Callable[[float], Probe], lower: Probe, plan: MeasurePlan) -> bool:
+    """Probes one and two tolerances below the edge: pass/fail need not be monotone in the rate (batching
+    changes with it), and an edge with a fail below it is the path's luck, not a capacity."""
+    return all(run(lower.scale / (1 + plan.tol) ** k).passed for k in range(1, plan.edge_checks + 1))
+
+
+def inversions(probes: Sequence[Probe]) -> list[tuple[Probe, Probe]]:
+    """(pass, fail) pairs with the pass at a higher rate than the fail, highest pass first."""
+    fails = [p for p in probes if not p.passed]
+    return sorted(((p, f) for p in probes if p.passed for f in fails if p.scale > f.scale),
+                  key=lambda pair: (-pair[0].scale, -pair[1].scale))
 
 
 def _result(probes: list[Probe], lower: Probe | None, upper_scale: float | None, saturated: bool) -> Measurement:
     point = lower if lower is not None else probes[-1]
     metrics = _headline(point, probes)
     metrics["capacity_upper_scale"] = upper_scale if upper_scale is not None else math.inf
+    found = inversions(probes)
+    if found:  # the highest pass above a fail, and the highest fail below it
+        metrics |= {"inversion_pass_scale": found[0][0].scale, "inversion_fail_scale": found[0][1].scale,
+                    "inversions": float(len(found))}
     scale = lower.scale if lower is not None else 0.0
     return Measurement((scale,), tuple(map(_lean, probes)), metrics, point.replays[0].rows, saturated)
 

@@ -63,8 +63,10 @@ def _record(out: RequestOutput) -> RequestRecord:
 
 
 def replay(engine: LLMEngine, clock: ReplayClock, requests: Sequence[TrafficRequest], *, slo: SloConfig | None = None,
-           stop_after_misses: int | None = None, progress: Progress | None = None) -> ReplayResult:
-    """Replay `requests` (sorted by arrival, first at 0.0) on a reset engine; what happened to each."""
+           stop_after_misses: int | None = None, progress: Progress | None = None,
+           poll: Callable[[], None] | None = None) -> ReplayResult:
+    """Replay `requests` (sorted by arrival, first at 0.0) on a reset engine; what happened to each. `poll` runs
+    before every step and may raise to abandon the replay (a signal, `tuner.interrupts`)."""
     engine.reset()
     clock.restart()
     pending = deque(sorted(requests, key=lambda r: r.arrival_s))
@@ -78,6 +80,8 @@ def replay(engine: LLMEngine, clock: ReplayClock, requests: Sequence[TrafficRequ
         if not engine.has_unfinished_requests():
             clock.jump_to(pending[0].arrival_s)
             continue
+        if poll is not None:
+            poll()
         for out in engine.step():
             if out.finished:
                 records.append(_record(out))

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import functools
 import traceback
+from collections.abc import Callable
 
 from runtime import LLMEngine
 from tuner.trials.job import Measurement, Probe, QualityResult, TrialOutcome, TrialStatus
 from tuner.trials.replay import ReplayClock, replay
 
 
-def engine_replay(engine: LLMEngine, clock: ReplayClock):
-    """`WindowReplayer`'s replay function over one engine (reset before each replay)."""
-    return functools.partial(replay, engine, clock)
+def engine_replay(engine: LLMEngine, clock: ReplayClock, poll: Callable[[], None] | None = None):
+    """`WindowReplayer`'s replay function over one engine (reset before each replay); `poll` before every step."""
+    return functools.partial(replay, engine, clock, poll=poll)
 
 
 def measured_outcome(measurement: Measurement, stopped_at: Probe | None, quality: QualityResult | None,

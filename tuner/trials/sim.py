@@ -6,7 +6,8 @@ pool sized from the profiled GPU's memory. The replay and the measurement are th
 (`tuner.trials.replay`, `tuner.trials.measure`), so a simulated trial is measured exactly as a real one.
 A replay on the virtual clock is deterministic, so each probe is one replay (a repeat could only agree).
 What a simulation cannot do: the quality guardrail (numerics need a model) is skipped, and a trial runs
-to its end (there is no process to time out).
+to its end (there is no process to time out) unless a signal stops it: the replay polls `tuner.interrupts`
+before every step and raises `Interrupted`, as the worker's supervisor does.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from runtime import (
     sim_engine,
     sim_memory,
 )
+from tuner.interrupts import Interrupted, Interrupts
 from tuner.traffic import TrafficRequest
 from tuner.trials.job import Hardware, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import WindowReplayer, measure
@@ -39,7 +41,9 @@ GIB = 1 << 30
 class SimExecutor:
     """The `Executor` protocol over a GPU profile."""
 
-    def __init__(self, profile_path: Path, step_model: StepTimeModel | None = None) -> None:
+    def __init__(self, profile_path: Path, step_model: StepTimeModel | None = None,
+                 interrupts: Interrupts | None = None) -> None:
+        self.interrupts = interrupts or Interrupts()  # polled before every simulated step
         self.path = Path(profile_path)
         self.profile = load_profile(self.path)
         self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
@@ -52,7 +56,7 @@ class SimExecutor:
 
     def with_step_model(self, step_model: StepTimeModel) -> SimExecutor:
         """The same profile with other step-time coefficients (a refit)."""
-        return SimExecutor(self.path, step_model)
+        return SimExecutor(self.path, step_model, self.interrupts)
 
     def describe(self, config: EngineConfig) -> Hardware:
         d = self.profile.device
@@ -70,10 +74,12 @@ class SimExecutor:
             clock = VirtualClock()
             engine = sim_engine(job.config, self.profile, clock, self.step_model)
             setup_s = time.perf_counter() - start
-            replayer = WindowReplayer(engine_replay(engine, clock), requests, job.plan, on_progress,
-                                      lambda: planned)
+            replayer = WindowReplayer(engine_replay(engine, clock, self.interrupts.check), requests, job.plan,
+                                      on_progress, lambda: planned)
             measurement, stopped_at = measure(replayer, job.plan, replayer.span_s, on_checkpoint)
             return measured_outcome(measurement, stopped_at, None, setup_s, True)
+        except Interrupted:  # a signal: the study decides (the running trial is re-queued, the conclusion kept)
+            raise
         except ConfigError as e:  # too little memory on the profiled GPU, a profile of another model
             return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
         except Exception as e:  # as the worker: a trial never takes the study down

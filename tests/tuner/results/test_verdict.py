@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tuner.results.verdict import Saturation, paired_interval, t_quantile, verdict
+from tuner.results.verdict import Saturation, paired_interval, t_quantile, verdict, with_latency
 
 
 def test_t_quantiles_from_the_table_and_the_expansion():
@@ -45,3 +45,20 @@ def test_verdict_improved_only_when_the_interval_excludes_zero():
     assert at_least.improved and at_least.headline.startswith("improved, by at least: +39 req/s")
     lower_better = paired_interval([8.0, 7.0, 7.5], [10.0, 10.0, 10.0])
     assert verdict(False, lower_better, "s", "held-out", higher_is_better=False).improved
+
+
+def test_pareto_verdict_covers_throughput_and_p99_latency():
+    faster = verdict(False, paired_interval([120.0, 130.0, 125.0], [100.0, 100.0, 100.0]), "tok/s", "held-out")
+    slower = paired_interval([0.9, 1.0, 0.95], [0.5, 0.5, 0.5])  # the pick's E2E p99 is 0.45 s worse
+    blocked = with_latency(faster, slower)
+    assert not blocked.improved
+    assert blocked.headline.startswith("no significant improvement: keep the baseline (the pick's E2E p99 +0.45 s "
+                                       "(+90.0%; 95% CI +0.3258 .. +0.5742 s")
+    assert blocked.headline.endswith("is worse; throughput improved: +25 tok/s (+25.0%; 95% CI +12.58 .. +37.42 "
+                                     "tok/s, +12.6% .. +37.4%))")
+    assert blocked.method.endswith("both objectives: output tok/s and E2E p99")
+    same = paired_interval([0.5, 0.52, 0.48], [0.5, 0.5, 0.5])
+    kept = with_latency(faster, same)
+    assert kept.improved and kept.headline.endswith("E2E p99 +0 s (+0.0%; 95% CI -0.04969 .. +0.04969 s, "
+                                                    "-9.9% .. +9.9%), not worse")
+    assert not with_latency(faster, None).improved  # latency not compared: no pareto claim

@@ -61,18 +61,22 @@ def test_select_errors(kwargs, message):
     assert str(e.value) == message
 
 
-def test_split_windows_by_count_in_time_order():
-    search, validation = split_windows(SIX, 0.25)  # 1.5 held out rounds half up to 2
+def test_split_windows_by_time_in_time_order():
+    search, validation = split_windows(SIX, 0.25)  # the last 1.25 s of 5 s: arrivals at 4 and 5
     assert _view(search) == [("r0", 0.0), ("r1", 1.0), ("r2", 2.0), ("r3", 3.0)]
     assert _view(validation) == [("r4", 0.0), ("r5", 1.0)]
     assert split_windows(SIX, 0.0) == Windows(SIX, ())
     assert [len(w) for w in split_windows(SIX, 0.01)] == [5, 1]  # at least one held out
+    assert [len(w) for w in split_windows(SIX, 0.1, min_held_s=3.0)] == [2, 4]  # at least the last 3 s
+    assert [len(w) for w in split_windows(SIX, 0.1, min_held_s=2.5)] == [2, 4]  # spanning 2.5 s: from 2.0
+    dense_tail = _requests(0.0, 3.0, 4.5, 4.6, 4.7, 4.8, 4.9, 5.0)  # by time, not by count: 6 of 8 in the last 20%
+    assert [len(w) for w in split_windows(dense_tail, 0.2)] == [2, 6]
 
 
 @pytest.mark.parametrize(("requests", "fraction", "message"), [
     (SIX, 1.0, "holdout_fraction must be in [0, 1), got 1.0"),
     (SIX, -0.1, "holdout_fraction must be in [0, 1), got -0.1"),
-    (SIX[:1], 0.5, "cannot hold out 0.5 of 1 requests and keep any for the search"),
+    (SIX[:1], 0.5, "cannot hold out the last 0 s of a 0 s selection (1 requests) and keep any for the search"),
 ])
 def test_split_windows_errors(requests, fraction, message):
     with pytest.raises(TrafficError) as e:

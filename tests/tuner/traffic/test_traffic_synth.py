@@ -16,18 +16,19 @@ from tuner.traffic.synth import LengthDist, SynthError, SynthSpec, generate, mai
 README = SAMPLE_TRAFFIC.parent / "README.md"
 
 
-def _recorded_command() -> list[str]:
-    (line,) = [ln for ln in README.read_text().splitlines() if ln.startswith("python -m tuner.traffic.synth ")]
+def _recorded_command(name: str) -> list[str]:
+    (line,) = [ln for ln in README.read_text().splitlines()
+               if ln.startswith(f"python -m tuner.traffic.synth --out tuner/data/{name} ")]
     return shlex.split(line)[3:]
 
 
-def test_shipped_sample_regenerates_byte_for_byte(tmp_path):
-    argv = _recorded_command()
+@pytest.mark.parametrize("name", ["sample.jsonl", "rag.jsonl"])
+def test_shipped_traffic_regenerates_byte_for_byte(tmp_path, name):
+    argv = _recorded_command(name)
     out = argv.index("--out") + 1
-    assert argv[out] == "tuner/data/sample.jsonl"
-    argv[out] = str(tmp_path / "sample.jsonl")
+    argv[out] = str(tmp_path / name)
     assert main(argv) == 0
-    assert (tmp_path / "sample.jsonl").read_bytes() == SAMPLE_TRAFFIC.read_bytes()
+    assert (tmp_path / name).read_bytes() == (SAMPLE_TRAFFIC.parent / name).read_bytes()
 
 
 def test_shipped_sample_shape():

@@ -111,3 +111,43 @@ def test_goodput_and_pareto_take_medians_of_every_repeat_at_the_given_rate():
     assert good.values == (2.0,) and good.metrics["replays"] == 3.0 and good.metrics["goodput_rps"] == 2.0
     front, _ = measure(replay, plan(objective=ObjectiveName.pareto, repeats=2), span_s=10.0)
     assert front.values == (10.0, 0.5)
+
+
+def test_no_probe_replays_the_window_faster_than_it_spans_min_window_s():
+    calls: list[float] = []
+    measurement, _ = measure(threshold(math.inf, calls), plan(min_window_s=60.0), span_s=300.0)
+    assert measurement.saturated and measurement.values[0] == 5.0  # 300 s / 60 s: x5 at most, a lower bound
+    assert max(calls) == 5.0
+    capped, _ = measure(threshold(math.inf), plan(start_scale=9.0, min_window_s=60.0), span_s=300.0)
+    assert capped.metrics["probes"] == 1.0 and capped.values[0] == 5.0  # a start above the bound starts at it
+    inside, _ = measure(threshold(3.3), plan(min_window_s=60.0), span_s=300.0)
+    assert not inside.saturated and 3.3 / 1.05 <= inside.values[0] <= 3.3
+
+
+def bands(*edges: tuple[float, float]):
+    """A replay that passes only inside the given (low, high] bands of scale: pass/fail not monotone."""
+    calls: list[float] = []
+
+    def replay(scale: float) -> ReplaySummary:
+        calls.append(scale)
+        return summary(scale, any(low < scale <= high for low, high in edges))
+    return replay, calls
+
+
+def test_a_fail_below_the_edge_is_found_and_the_edge_is_settled_below_it():
+    # passes up to x1.8, fails in (1.8, 1.9], passes again in (1.9, 2.0]: the bisection meets the upper edge
+    replay, calls = bands((0.0, 1.8), (1.9, 2.0))
+    measurement, _ = measure(replay, plan(start_scale=1.6, first_step=1.2, tol=0.05), span_s=100.0)
+    settled = measurement.values[0]
+    assert 1.8 / 1.05 < settled <= 1.8 < measurement.metrics["capacity_upper_scale"] <= 1.9
+    assert 1.9 < measurement.metrics["inversion_pass_scale"] <= 2.0  # a pass above ...
+    assert 1.8 < measurement.metrics["inversion_fail_scale"] <= 1.9  # ... a fail, reported
+    assert calls[-2:] == [settled / 1.05, settled / 1.05**2]  # the settled edge checked by two probes below it
+
+
+def test_a_monotone_edge_costs_two_checks_and_reports_no_inversion():
+    calls: list[float] = []
+    measurement, _ = measure(threshold(3.3, calls), plan(start_scale=3.0, first_step=1.2), span_s=100.0)
+    assert "inversions" not in measurement.metrics
+    lower = measurement.values[0]
+    assert calls[-2:] == [lower / 1.05, lower / 1.05**2]

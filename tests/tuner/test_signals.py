@@ -1,0 +1,120 @@
+"""A first SIGTERM stops a study within seconds in any phase, keeps what was measured, and the same command
+resumes it: `python -m tuner` in a subprocess on the shipped H200 profile, the signal sent while a trial runs
+(the search) and while the finalists are re-measured (the conclusion); and the conclusion on the real runtime
+(the tiny model on this CPU). Every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.tuner.cli import ROOT, run_tuner, study_trials, tuner_args
+from tuner.results.kept import PREFIX
+from tuner.traffic import SAMPLE_TRAFFIC
+
+PROFILE = ROOT / "conf" / "profiles" / "h200-llama-3-8b.json"
+# the quick start's study on the whole sample, with the default rounds after the search: a conclusion of about
+# 30 measurements, long enough to be caught mid-way
+QUICK = ["executor=sim", f"executor.profile={PROFILE}", "slo.ttft_s=0.3", "slo.tpot_s=0.02", "tuner.finalists=3",
+         "validation.select_rounds=3", "validation.proof_rounds=8"]
+
+
+def _args(tmp_path: Path) -> list[str]:
+    args = [a for a in tuner_args(tmp_path, SAMPLE_TRAFFIC, study="s", trials=4) if a != "executor=real"]
+    dropped = ("replay.max_requests=", "replay.time_scale=", "runtime.cache.device_memory_gb=")  # the H200's own
+    return [*[a for a in args if not a.startswith(dropped)], *QUICK]
+
+
+def _study(tmp_path: Path) -> optuna.Study | None:
+    try:
+        return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/optuna.db")
+    except Exception:  # not created yet, or its tables mid-creation
+        return None
+
+
+def _signal_when(tmp_path: Path, proc: subprocess.Popen, ready, within_s: float = 240) -> float:
+    """Poll the study until `ready(study)`, then SIGTERM the tuner (as a service manager does); the time sent."""
+    deadline = time.monotonic() + within_s
+    while True:
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "the phase to interrupt never came"
+        study = _study(tmp_path)
+        if study is not None and ready(study):
+            os.kill(proc.pid, signal.SIGTERM)
+            return time.monotonic()
+        time.sleep(0.05)
+
+
+def _interrupt(tmp_path: Path, ready, args: list[str] | None = None) -> tuple[str, str, float]:
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(args or _args(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        sent = _signal_when(tmp_path, proc, ready)
+        stdout, stderr = proc.communicate(timeout=30)
+        stopped_s = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, stderr[-3000:]
+    assert "Traceback" not in stderr
+    return stdout, stderr, stopped_s
+
+
+def _running(study: optuna.Study) -> bool:
+    return any(t.state is TrialState.RUNNING and t.number > 0 for t in study.get_trials(deepcopy=False))
+
+
+def _concluding(study: optuna.Study) -> bool:
+    return sum(k.startswith(PREFIX) for k in study.user_attrs) >= 2
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_search_stops_within_seconds_and_a_rerun_resumes(tmp_path):
+    _, stderr, stopped_s = _interrupt(tmp_path, _running)
+    assert stopped_s < 5, f"stopped {stopped_s:.1f} s after SIGTERM"
+    assert "SIGTERM: stopping now; what was measured is kept" in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted (SIGTERM): ") and "re-enqueued; resume with the same command" in last
+    trials = study_trials(tmp_path, "s")
+    assert [t.state for t in trials].count(TrialState.WAITING) == 1  # the interrupted trial, queued again
+    rerun = run_tuner(_args(tmp_path), cwd=tmp_path, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    done = [t for t in study_trials(tmp_path, "s") if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(done) == 4 and (tmp_path / "out-s" / "best.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_conclusion_stops_within_seconds_keeps_it_and_a_rerun_resumes_it(tmp_path):
+    _, stderr, stopped_s = _interrupt(tmp_path, _concluding)
+    assert stopped_s < 5, f"stopped {stopped_s:.1f} s after SIGTERM"
+    kept = sum(k.startswith(PREFIX) for k in _study(tmp_path).user_attrs)
+    assert kept >= 2 and not (tmp_path / "out-s" / "best.yaml").exists()
+    assert stderr.strip().splitlines()[-1].endswith(
+        f"; {kept} measurements of the conclusion kept; no trial was running; resume with the same command")
+    rerun = run_tuner(_args(tmp_path), cwd=tmp_path, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"conclusion: resumed, {kept} measurements kept from an earlier run are not made again" in rerun.stdout
+    assert (tmp_path / "out-s" / "best.yaml").is_file() and "Verdict: " in rerun.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_real_conclusion_stops_the_worker_within_seconds_and_a_rerun_resumes_it(tmp_path):
+    """The same on the real runtime (the tiny model in the worker): the supervisor's poll, not the simulator's."""
+    args = [*tuner_args(tmp_path, SAMPLE_TRAFFIC, study="s", trials=2), "tuner.finalists=1",
+            "validation.select_rounds=3", "validation.proof_rounds=8"]
+    _, stderr, stopped_s = _interrupt(tmp_path, _concluding, args)
+    assert stopped_s < 5, f"stopped {stopped_s:.1f} s after SIGTERM"
+    kept = sum(k.startswith(PREFIX) for k in _study(tmp_path).user_attrs)
+    assert stderr.strip().splitlines()[-1].endswith(
+        f"; {kept} measurements of the conclusion kept; no trial was running; resume with the same command")
+    rerun = run_tuner(args, cwd=tmp_path, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"conclusion: resumed, {kept} measurements kept from an earlier run are not made again" in rerun.stdout
