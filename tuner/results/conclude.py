@@ -14,6 +14,7 @@ import optuna
 
 from tuner.config import AppConfig, ObjectiveName
 from tuner.results.finalists import BASELINE, Candidate, Remeasured, choose, remeasure
+from tuner.results.kept import KeptMeasurements
 from tuner.results.no_capacity import (
     NoCapacity,
     empty_remeasured,
@@ -21,7 +22,6 @@ from tuner.results.no_capacity import (
     measures_zero,
     no_capacity_verdict,
 )
-from tuner.results.kept import KeptMeasurements
 from tuner.results.verdict import Saturation, Verdict, paired_interval, verdict, with_latency
 from tuner.traffic import ReplayWindow
 from tuner.trials.supervisor import Executor
