@@ -76,7 +76,7 @@ class CacheConfig:
     block_size: int = 16  # tokens per KV block (the single-tier case)
     block_tiers: tuple[BlockTier, ...] = ()  # empty: one tier of `block_size` covering max_model_len
     gpu_memory_utilization: float = 0.9  # share of device memory the engine may use
-    device_memory_gb: float | None = None  # device memory to plan with; None asks CUDA (required on CPU)
+    device_memory_gb: float | None = None  # memory to plan with; None: CUDA's total, or half a NUMA node's RAM on CPU
     swap_space: float = 0.0  # GiB of CPU memory for swapped-out KV blocks (preemption_mode=swap)
     kv_cache_dtype: str = field(default="auto", metadata={NEUTRAL: "auto"})  # auto: the model dtype
     enable_prefix_caching: bool = True

@@ -1,12 +1,15 @@
 """KV pool sizing: gpu_memory_utilization x device memory - weights - peak activations.
 
 On CUDA the activation peak is measured by a profile forward at max_num_batched_tokens; on CPU
-the device memory is a config value and the peak is estimated from the model's shapes. No torch: the
+the peak is estimated from the model's shapes, and the device memory is `cache.device_memory_gb` or, when
+null, half the RAM of one NUMA node (vLLM's CPU backend without VLLM_CPU_KVCACHE_SPACE). No torch: the
 simulator (`runtime.sim`) sizes its pool with these same functions from a GPU profile's figures.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -14,7 +17,8 @@ from runtime.config import BlockTier, ConfigError
 from runtime.kv.manager import TierSpec
 
 GIB = 1 << 30
-CPU_DEFAULT_MEMORY_GB = 1.0  # device memory assumed on CPU when cache.device_memory_gb is null
+CPU_MEMORY_SHARE = 0.5  # of one NUMA node's RAM, planned on CPU when cache.device_memory_gb is null (vLLM's rule)
+_NUMA_NODES = "/sys/devices/system/node"
 
 
 class InsufficientMemoryError(ConfigError):
@@ -34,6 +38,29 @@ class MemoryPlan(NamedTuple):
         """The KV manager's tiers: each block tier with the blocks this plan gives it."""
         return tuple(TierSpec(t.max_len, t.block_size, n, c)
                      for t, n, c in zip(tiers, self.num_blocks, self.num_cpu_blocks))
+
+
+def cpu_device_bytes(ram_bytes: int | None = None, numa_nodes: int | None = None) -> int:
+    """The memory a CPU engine plans with by default: `CPU_MEMORY_SHARE` of one NUMA node's share of the
+    machine's RAM, as vLLM's CPU backend sizes its KV space when VLLM_CPU_KVCACHE_SPACE is unset. The
+    pools are committed page by page as blocks are first written (`runtime.runner.allocate_caches`), so a
+    large plan costs only what is used."""
+    ram = machine_ram_bytes() if ram_bytes is None else ram_bytes
+    nodes = numa_node_count() if numa_nodes is None else numa_nodes
+    return int(ram // nodes * CPU_MEMORY_SHARE)
+
+
+def machine_ram_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def numa_node_count() -> int:
+    """NUMA nodes listed by Linux's sysfs; 1 where there is none (macOS, containers without sysfs)."""
+    try:
+        names = os.listdir(_NUMA_NODES)
+    except OSError:
+        return 1
+    return max(1, sum(re.fullmatch(r"node\d+", n) is not None for n in names))
 
 
 def kv_bytes_per_block(layout: tuple[int, int, int], block_size: int, dtype_bytes: int) -> int:

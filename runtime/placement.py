@@ -10,10 +10,10 @@ from runtime.config import ConfigError, EngineConfig
 from runtime.kv.manager import TierSpec
 from runtime.limits import engine_limits
 from runtime.memory import (
-    CPU_DEFAULT_MEMORY_GB,
     GIB,
     InsufficientMemoryError,
     MemoryPlan,
+    cpu_device_bytes,
     estimate_activation_bytes,
     plan_memory,
 )
@@ -69,7 +69,7 @@ def _device_bytes(config: EngineConfig, device: torch.device) -> int:
         total = torch.cuda.get_device_properties(device).total_memory
         _check_free(total, config.cache.gpu_memory_utilization, device)
         return total
-    return int(CPU_DEFAULT_MEMORY_GB * GIB)
+    return cpu_device_bytes()
 
 
 def _check_free(total: int, utilization: float, device: torch.device) -> None:

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import groupby
 
+import numpy as np
 import torch
 
 from runtime.attention import KVCache
@@ -22,18 +23,27 @@ from runtime.scheduler import SchedulerOutput
 
 def allocate_caches(layout: tuple[int, int, int], block_sizes: Iterable[int], num_blocks: Iterable[int],
                     dtype: torch.dtype, device: torch.device, swap: bool = False) -> list[KVCache]:
-    """Device pools are zeroed: kernels read whole blocks and mask the tail, and 0 x garbage can be NaN.
-    Swap pools are left uninitialised (host pages are only committed when a block is swapped out, and
-    a swapped-out block is always written whole before it is read back); pinned when the device is CUDA."""
+    """Device pools are zeroed: kernels read whole blocks and mask the tail, and 0 x garbage can be NaN
+    (on CPU from calloc's zero pages, committed as blocks are first written, so a pool planned from the
+    machine's RAM costs what is used). Swap pools are left uninitialised (host pages are only committed
+    when a block is swapped out, and a swapped-out block is always written whole before it is read back);
+    pinned when the device is CUDA."""
     layers, kv_heads, head_dim = layout
     pin = swap and torch.cuda.is_available()
-    make = torch.empty if swap else torch.zeros
+    make = torch.empty if swap else _zeros_cpu if device.type == "cpu" else torch.zeros
     caches = []
     for bs, n in zip(block_sizes, num_blocks):
         shape = (layers, n, bs, kv_heads, head_dim)  # [L, N, block_size, Hkv, D]
         caches.append(KVCache(make(shape, dtype=dtype, device=device, pin_memory=pin),
                               make(shape, dtype=dtype, device=device, pin_memory=pin)))
     return caches
+
+
+def _zeros_cpu(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, pin_memory: bool) -> torch.Tensor:
+    """torch.zeros writes every page at once; numpy's zeros asks calloc, whose fresh pages are zero
+    untouched. Viewed as `dtype` through a numpy type of its width (numpy has no bfloat16 or fp8)."""
+    carrier = {1: np.uint8, 2: np.uint16, 4: np.float32, 8: np.float64}[dtype.itemsize]
+    return torch.from_numpy(np.zeros(shape, dtype=carrier)).view(dtype)
 
 
 def _copy_blocks(copies: tuple[BlockCopy, ...], src: list[KVCache], dst: list[KVCache]) -> None:

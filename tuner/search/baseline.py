@@ -24,7 +24,7 @@ from tuner.vllm import as_vllm_defaults, serve_defaults
 
 __all__ = ["baseline_config"]
 
-CPU_PLANNED_GB = 1.0  # runtime.memory.CPU_DEFAULT_MEMORY_GB: what a CPU engine plans with by default
+CPU_PLANNED_GB = 1.0  # on CPU: the row of vLLM's smallest device class (its batch defaults), whatever the RAM
 
 
 def baseline_config(app: AppConfig, hardware: Hardware, space: SearchSpace) -> tuple[EngineConfig, str]:

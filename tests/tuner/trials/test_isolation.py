@@ -61,8 +61,9 @@ def test_model_weights_are_reused_across_trials_and_setup_time_is_reported(super
                                  quiet, keep_going, timeout_s=60)
     assert [o.status for o in (first, second, other_knobs)] == [TrialStatus.ok] * 3
     assert [o.model_reused for o in (first, second, other_knobs)] == [False, True, True]
-    assert 0.0 < second.setup_s < first.setup_s  # the engine build alone, without the model load
-    assert 0.0 < other_knobs.setup_s < first.setup_s
+    # reported for each; no order between them is asserted: the tiny model loads in about the time a busy host
+    # takes to build an engine, so which was faster is the host's load, not the reuse (model_reused says that)
+    assert all(o.setup_s > 0.0 for o in (first, second, other_knobs))
 
 
 def test_config_the_engine_refuses_at_start_is_infeasible(supervisor):
@@ -114,9 +115,9 @@ def test_trial_past_the_memory_limit_is_oom(supervisor):
     huge_pool = tiny_runtime(cache={"device_memory_gb": 2 * supervisor.memory_limit_gb})
     outcome = supervisor.run(job(huge_pool, "short"), SHORT, quiet, keep_going, timeout_s=60)
     assert outcome.status is TrialStatus.oom
-    assert outcome.reason.startswith("RuntimeError: ")
-    assert re.search(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate \d+ bytes", outcome.reason)
-    assert re.search(r" \(at \S+/runtime/runner\.py:\d+\)$", outcome.reason)  # allocating the KV pool
+    # the KV pool (a CPU pool is allocated by numpy's calloc, so its pages are committed as they are used)
+    assert re.fullmatch(r"out of memory: Unable to allocate [\d.]+ GiB for an array with shape \(4, \d+, 16, 2, 32\) "
+                        r"and data type float32", outcome.reason)
     run_normal(supervisor)
     assert (supervisor.pid, supervisor.restarts) == (pid, restarts)  # the failed allocation cost no worker
 
