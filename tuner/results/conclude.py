@@ -72,6 +72,7 @@ def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: Re
                          "reason in the trial list above and in MLflow")
     candidates = [baseline, *finalists]
     if measures_zero(app, candidates):  # nothing to select or prove: rank at the trace's own rate
+        on_plan(len(candidates))  # one replay each, not the selection and proof the bar was sized for
         ranked = measure_at_trace_rate(executor, app, candidates, search, on_done)
         empty = empty_remeasured(search, candidates)
         return Conclusion(baseline, finalists, empty, baseline, empty, no_capacity_verdict(ranked, BASELINE),

@@ -99,9 +99,7 @@ def verdict(pick_is_baseline: bool, interval: Interval | None, unit: str, window
         return Verdict(False, "no significant improvement: keep the baseline (fewer than 2 paired rounds "
                        "measured on the proof window)", None, method)
     favourable = interval.low > 0 if higher_is_better else interval.high < 0
-    rel, low, high = interval.relative
-    text = (f"{interval.mean:+.4g} {unit} ({rel:+.1%}; 95% CI {interval.low:+.4g} .. {interval.high:+.4g} {unit}, "
-            f"{low:+.1%} .. {high:+.1%})")
+    text = _difference(interval, unit)
     if favourable and saturated.pick:
         return Verdict(True, f"improved, by at least: {text} (the pick met the SLO at every rate the {window} "
                        "window allows)", interval, method)
@@ -128,3 +126,12 @@ def with_latency(throughput: Verdict, latency: Interval | None) -> Verdict:
         return Verdict(False, f"no significant improvement: keep the baseline (the pick's {text} is worse; "
                        f"throughput {throughput.headline})", throughput.interval, method)
     return Verdict(throughput.improved, f"{throughput.headline}; {text}, not worse", throughput.interval, method)
+
+
+def _difference(interval: Interval, unit: str) -> str:
+    """The difference with its interval, also relative to the baseline where that is defined (not against 0)."""
+    rel, low, high = interval.relative
+    ci = f"95% CI {interval.low:+.4g} .. {interval.high:+.4g} {unit}"
+    if not all(math.isfinite(v) for v in (rel, low, high)):  # a baseline of 0: no relative difference
+        return f"{interval.mean:+.4g} {unit} ({ci}; the baseline measured 0)"
+    return f"{interval.mean:+.4g} {unit} ({rel:+.1%}; {ci}, {low:+.1%} .. {high:+.1%})"

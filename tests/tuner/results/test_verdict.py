@@ -62,3 +62,9 @@ def test_pareto_verdict_covers_throughput_and_p99_latency():
     assert kept.improved and kept.headline.endswith("E2E p99 +0 s (+0.0%; 95% CI -0.04969 .. +0.04969 s, "
                                                     "-9.9% .. +9.9%), not worse")
     assert not with_latency(faster, None).improved  # latency not compared: no pareto claim
+
+
+def test_a_baseline_of_zero_gives_no_relative_difference():
+    interval = paired_interval([5.0, 6.0, 7.0], [0.0, 0.0, 0.0])
+    assert verdict(False, interval, "req/s", "held-out").headline == (
+        "improved: +6 req/s (95% CI +3.516 .. +8.484 req/s; the baseline measured 0)")
