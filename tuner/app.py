@@ -291,7 +291,8 @@ def _tune(app, study, space, baseline, traffic, search, held_out, rates, executo
                          console.progress, heartbeat, executors.interrupts, on_stale, executors.figures)
     run_search(study, runner, app.tuner.n_trials, app.tuner.timeout_s, runner.fail_stale, executors.interrupts)
     console.end_trials()
-    bar = console.bar(measurements_planned(app, app.tuner.finalists), "re-measuring finalists and baseline")
+    bar = console.bar(measurements_planned(app, app.tuner.finalists, executors.measure),
+                      "re-measuring finalists and baseline")
     try:
         c = conclude(executors.measure, app, study, search, held_out, lambda: bar.update(1))
     except NoBaseline as e:

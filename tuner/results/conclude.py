@@ -13,6 +13,7 @@ import optuna
 
 from tuner.config import AppConfig, ObjectiveName
 from tuner.results.finalists import BASELINE, Candidate, Remeasured, choose, remeasure
+from tuner.results.rounds import conclusion_rounds
 from tuner.results.verdict import Saturation, Verdict, paired_interval, verdict
 from tuner.traffic import ReplayWindow
 from tuner.trials.supervisor import Executor
@@ -54,12 +55,13 @@ def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: Re
     if baseline is None:
         raise NoBaseline(f"study {study.study_name}: the baseline trial did not complete; see its failure "
                          "reason in the trial list above and in MLflow")
-    selection = remeasure(executor, app, [baseline, *finalists], search, app.validation.select_rounds, on_done)
+    rounds = conclusion_rounds(executor, app.validation)
+    selection = remeasure(executor, app, [baseline, *finalists], search, rounds.select, on_done)
     medians = {c.label: selection.median(c.label) for c in [baseline, *finalists]}
     pick = max([baseline, *finalists], key=lambda c: -1.0 if medians[c.label] is None else medians[c.label])
     proof_window = held_out if held_out is not None else search
     pair = [pick, baseline] if pick is not baseline else [baseline]
-    proof = remeasure(executor, app, pair, proof_window, app.validation.proof_rounds, on_done)
+    proof = remeasure(executor, app, pair, proof_window, rounds.proof, on_done)
     interval = paired_interval(proof.values[pick.label], proof.values[BASELINE]) if pick is not baseline else None
     window = "held-out" if held_out is not None else "search (fresh rounds)"
     saturated = Saturation(pick=any(proof.saturated[pick.label]), baseline=any(proof.saturated[BASELINE]))
@@ -68,6 +70,7 @@ def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: Re
                       objective_unit(app))
 
 
-def measurements_planned(app: AppConfig, finalists: int) -> int:
-    """How many measurements `conclude` makes at most (for a progress bar)."""
-    return app.validation.select_rounds * (finalists + 1) + app.validation.proof_rounds * 2
+def measurements_planned(app: AppConfig, finalists: int, executor: Executor) -> int:
+    """How many measurements `conclude` makes at most on `executor` (for a progress bar)."""
+    rounds = conclusion_rounds(executor, app.validation)
+    return rounds.select * (finalists + 1) + rounds.proof * 2

@@ -25,6 +25,7 @@ from tuner.search.objective import feasible, plan_for
 from tuner.search.space import BASELINE_ATTR, is_baseline
 from tuner.traffic import ReplayWindow
 from tuner.trials.job import Probe, TrialJob, TrialStatus
+from tuner.trials.parallel import measurement_workers, parallel_map
 from tuner.trials.supervisor import Executor
 
 __all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "remeasure"]
@@ -82,18 +83,33 @@ def _candidate(t: FrozenTrial, label: str) -> Candidate:
 
 def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate], window: ReplayWindow,
               rounds: int, on_done: Callable[[], None] = lambda: None) -> Remeasured:
-    """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round."""
+    """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round. Independent
+    measurements run side by side where the executor allows it (`trials.parallel`); the result is the same."""
     labels = [c.label for c in candidates]
     result = Remeasured(window.key, {k: [] for k in labels}, {k: [] for k in labels}, {}, [], {k: [] for k in labels})
     steps: list = []
-    for r in range(rounds):
-        for c in [*candidates[r % len(candidates):], *candidates[:r % len(candidates)]]:
-            value, probes, saturated = _measure(executor, app, c, window, r, result.failed, result.rows, steps)
-            result.values[c.label].append(value)
-            result.probes[c.label].append(probes)
-            result.saturated[c.label].append(saturated)
-            on_done()
+    n = len(candidates)
+    order = [(r, c) for r in range(rounds) for c in [*candidates[r % n:], *candidates[:r % n]]]  # rotated per round
+    done = parallel_map(lambda i: _measure_alone(executor, app, order[i][1], window, order[i][0]), len(order),
+                        measurement_workers(executor, len(order)), on_done)
+    for (_, c), (value, probes, saturated, failed, rows, its_steps) in zip(order, done):
+        result.failed.extend(failed)
+        for label, first in rows.items():
+            result.rows.setdefault(label, first)
+        steps.extend(its_steps)
+        result.values[c.label].append(value)
+        result.probes[c.label].append(probes)
+        result.saturated[c.label].append(saturated)
     return result._replace(steps=tuple(steps))
+
+
+def _measure_alone(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int) -> tuple:
+    """`_measure` on its own lists (it may run in another process): its value, probes, saturation, and what it
+    added to the failures, the rows and the steps."""
+    failed: list[str] = []
+    rows: dict = {}
+    steps: list = []
+    return (*_measure(executor, app, c, window, round_, failed, rows, steps), failed, rows, steps)
 
 
 def _dither(app: AppConfig, key: str) -> float:
