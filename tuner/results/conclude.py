@@ -22,6 +22,7 @@ from tuner.results.no_capacity import (
     measures_zero,
     no_capacity_verdict,
 )
+from tuner.results.rounds import conclusion_rounds
 from tuner.results.verdict import Saturation, Verdict, paired_interval, verdict, with_latency
 from tuner.traffic import ReplayWindow
 from tuner.trials.supervisor import Executor
@@ -81,15 +82,15 @@ def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: Re
     if kept.count():
         log.info("conclusion: resumed, %d measurements kept from an earlier run are not made again", kept.count())
     independent = app.tuner.fidelity == "sim+real"  # the search's values are simulated: no start from them
-    on_plan(measurements_planned(app, len(finalists)))
-    selection = remeasure(executor, app, candidates, search, app.validation.select_rounds, on_done, kept,
-                          independent)
+    rounds = conclusion_rounds(executor, app.validation)
+    on_plan(measurements_planned(app, len(finalists), executor))
+    selection = remeasure(executor, app, candidates, search, rounds.select, on_done, kept, independent)
     medians = {c.label: selection.median(c.label) for c in candidates}
     pick = max(candidates, key=lambda c: -1.0 if medians[c.label] is None else medians[c.label])
     proof_window = held_out if held_out is not None else search
     pair = [pick, baseline] if pick is not baseline else [baseline]
-    on_plan(app.validation.select_rounds * len(candidates) + app.validation.proof_rounds * len(pair))
-    proof = remeasure(executor, app, pair, proof_window, app.validation.proof_rounds, on_done, kept, independent)
+    on_plan(rounds.select * len(candidates) + rounds.proof * len(pair))
+    proof = remeasure(executor, app, pair, proof_window, rounds.proof, on_done, kept, independent)
     window = "held-out" if held_out is not None else "search (fresh rounds)"
     saturated = Saturation(pick=any(proof.saturated[pick.label]), baseline=any(proof.saturated[BASELINE]))
     if pick is baseline:
@@ -102,6 +103,8 @@ def conclude(executor: Executor, app: AppConfig, study: optuna.Study, search: Re
     return Conclusion(baseline, finalists, selection, pick, proof, judged, objective_unit(app))
 
 
-def measurements_planned(app: AppConfig, finalists: int) -> int:
-    """How many measurements `conclude` makes with `finalists` finalists and a pick other than the baseline."""
-    return app.validation.select_rounds * (finalists + 1) + app.validation.proof_rounds * 2
+def measurements_planned(app: AppConfig, finalists: int, executor: Executor) -> int:
+    """How many measurements `conclude` makes on `executor` with `finalists` finalists and a pick other than the
+    baseline."""
+    rounds = conclusion_rounds(executor, app.validation)
+    return rounds.select * (finalists + 1) + rounds.proof * 2

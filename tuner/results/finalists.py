@@ -28,6 +28,7 @@ from tuner.search.objective import feasible, plan_for
 from tuner.search.space import BASELINE_ATTR, is_baseline
 from tuner.traffic import ReplayWindow
 from tuner.trials.job import Probe, TrialJob, TrialStatus
+from tuner.trials.parallel import measurement_workers, parallel_map
 from tuner.trials.supervisor import Executor
 
 __all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "measure_once", "remeasure"]
@@ -89,28 +90,51 @@ def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate
               rounds: int, on_done: Callable[[], None] = lambda: None, kept: KeptMeasurements | None = None,
               independent: bool = False) -> Remeasured:
     """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round. A measurement
-    kept from an earlier run (`kept`) is not made again; a failed one is made again up to RETRIES times, each
-    failure said at once with its reason. `independent`: capacity searches start at the window's own rate, not at
-    the candidate's search value (another executor measured that: sim+real)."""
+    kept from an earlier run (`kept`) is not made again, and each new one is kept as it completes; a failed one is
+    made again up to RETRIES times, each failure said at once with its reason. Measurements run side by side where
+    the executor allows it (`trials.parallel`: simulated ones), with the same result. `independent`: capacity
+    searches start at the window's own rate, not at the candidate's search value (another executor measured that:
+    sim+real)."""
     kept = kept or KeptMeasurements(None)
     labels = [c.label for c in candidates]
     result = Remeasured(window.key, {k: [] for k in labels}, {k: [] for k in labels}, {}, [], {k: [] for k in labels},
                         latency={k: [] for k in labels})
     steps: list = []
-    for r in range(rounds):
-        for c in [*candidates[r % len(candidates):], *candidates[:r % len(candidates)]]:
-            done = kept.get(window.key, c.trial, r)
-            if done is None:
-                done = _measure_retrying(executor, app, c, window, r, result.failed, steps, independent)
-                if done is not None:
-                    kept.put(window.key, c.trial, r, done if c.label not in result.rows else done._replace(rows=()))
-            if done is not None and done.rows:
-                result.rows.setdefault(c.label, done.rows)
-            result.values[c.label].append(None if done is None else done.value)
-            result.latency[c.label].append(None if done is None else done.latency)
-            result.probes[c.label].append(() if done is None else done.probes)
-            result.saturated[c.label].append(False if done is None else done.saturated)
+    n = len(candidates)
+    order = [(r, c) for r in range(rounds) for c in [*candidates[r % n:], *candidates[:r % n]]]  # rotated per round
+    found = {i: kept.get(window.key, c.trial, r) for i, (r, c) in enumerate(order)}
+    todo = [i for i, done in found.items() if done is None]
+    for done in found.values():
+        if done is not None:
             on_done()
+
+    def measure(j: int) -> tuple[Kept | None, list[str], list]:  # may run in a forked process: its own lists
+        r, c = order[todo[j]]
+        failed: list[str] = []
+        its_steps: list = []
+        return _measure_retrying(executor, app, c, window, r, failed, its_steps, independent), failed, its_steps
+
+    def arrived(j: int, out: tuple[Kept | None, list[str], list]) -> None:  # in this process, as each completes
+        r, c = order[todo[j]]
+        if out[0] is not None:
+            kept.put(window.key, c.trial, r, out[0] if r == 0 else out[0]._replace(rows=()))
+        on_done()
+
+    interrupts = getattr(executor, "interrupts", None)
+    fresh = parallel_map(measure, len(todo), measurement_workers(executor, len(todo)), arrived,
+                         interrupts.check if interrupts is not None else lambda: None)
+    for j, (done, failed, its_steps) in enumerate(fresh):
+        found[todo[j]] = done
+        result.failed.extend(failed)
+        steps.extend(its_steps)
+    for i, (_, c) in enumerate(order):
+        done = found[i]
+        if done is not None and done.rows:
+            result.rows.setdefault(c.label, done.rows)
+        result.values[c.label].append(None if done is None else done.value)
+        result.latency[c.label].append(None if done is None else done.latency)
+        result.probes[c.label].append(() if done is None else done.probes)
+        result.saturated[c.label].append(False if done is None else done.saturated)
     return result._replace(steps=tuple(steps))
 
 
