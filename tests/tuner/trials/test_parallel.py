@@ -61,6 +61,7 @@ def test_only_simulated_measurements_run_side_by_side_and_never_from_a_torch_pro
             "print(w(sim, 20) == min(20, usable_cores()), w(sim, 1))\n"
             "import torch\n"
             "print(w(sim, 20))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PAGETUNE_PARALLEL_SIM": "1"})
     assert done.stdout.split() == ["True", "1", "1"], done.stderr[-2000:]
     assert measurement_workers(FakeExecutor(lambda c: 1.0, 0.1, 0), 20) == 1  # a noisy executor: one at a time
