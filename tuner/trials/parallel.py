@@ -10,7 +10,8 @@ one at a time.
            └─ fork ──> worker 2: task 1, ...              traffic and the profile with it: nothing pickled
                                                           on the way in); each result is pickled back
 
-Workers ignore SIGINT and SIGTERM (the parent decides) and, on Linux, die with the parent; the pool is
+Workers ignore SIGINT (the parent decides; SIGTERM lets the pool end them) and, on Linux, die with the
+parent; the pool is
 terminated when the parent leaves the map by an exception. Results come back in task order, whatever order they
 finish in. A process that has imported torch is never forked (its thread pools do not survive a fork: the child
 can hang): the tuner's parent never imports it, so there the measurements run side by side.
@@ -26,7 +27,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tuner.interrupts import ignore_in_worker
 from tuner.trials.sim import SimExecutor
 
 __all__ = ["measurement_workers", "parallel_map", "usable_cores"]
@@ -88,7 +88,7 @@ def _start(task: Callable[[int], Any]) -> None:
     """In a pool worker, once: its task function (inherited through fork), and signals left to the parent."""
     global _task
     _task = task
-    ignore_in_worker()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; SIGTERM lets terminate() end a worker
     if sys.platform == "linux":  # a parent killed outright (SIGKILL, a timeout) takes its workers with it
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
