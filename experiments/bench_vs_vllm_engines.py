@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from bench_vs_vllm import MAX_LEN, OPEN, arrivals, latency_figures, prompts, workload
 
+from kernels.compile_log import CompileLog
 from runtime.model.presets import preset_config
 
 
@@ -33,7 +34,8 @@ def run_child(args) -> None:
         best = min(warm, key=lambda r: r["wall_s"])
         row.update(first_s=first["wall_s"], warm_s=[r["wall_s"] for r in warm],
                    first_tok_s=row["output_tokens"] / first["wall_s"], warm_tok_s=row["output_tokens"] / best["wall_s"],
-                   graphs=best.get("graphs", {}), first_graphs=first.get("graphs", {}))
+                   graphs=best.get("graphs", {}), first_graphs=first.get("graphs", {}),
+                   compiles={"first": first.get("compiles"), "warm": [r.get("compiles") for r in warm]})
         n, rate = OPEN[name]
         lens = [(w.prompt_lens[i % len(w.prompt_lens)], w.output_lens[i % len(w.output_lens)]) for i in range(n)]
         row["open"] = {"rate": rate, "requests": n, **side.open_loop(
@@ -119,11 +121,12 @@ class PagetuneSide:
         torch.cuda.synchronize()
         t = time.perf_counter()
         done = 0
-        while engine.has_unfinished_requests():
-            done += sum(len(o.outputs[0].token_ids) for o in engine.step() if o.finished)
+        with CompileLog() as log:
+            while engine.has_unfinished_requests():
+                done += sum(len(o.outputs[0].token_ids) for o in engine.step() if o.finished)
         wall = time.perf_counter() - t
         assert done == sum(outs), f"generated {done} tokens, expected {sum(outs)}"
-        return {"wall_s": wall, "graphs": self.events.summary()}
+        return {"wall_s": wall, "graphs": self.events.summary(), "compiles": log.summary()}
 
     def open_loop(self, ps: list[list[int]], outs: list[int], at: list[float]) -> dict[str, Any]:
         from tuner.traffic import TrafficRequest
@@ -131,11 +134,13 @@ class PagetuneSide:
 
         reqs = [TrafficRequest(f"o{i}", a, tuple(p), o, f"bench:{i}") for i, (p, o, a) in enumerate(zip(ps, outs, at))]
         self.events.summary()
-        result = replay(self.engine, self.clock, reqs)
+        with CompileLog() as log:
+            result = replay(self.engine, self.clock, reqs)
         ttft = [r.first_token - r.arrival for r in result.records]
         tpot = [(r.finished - r.first_token) / (r.output_tokens - 1) for r in result.records if r.output_tokens > 1]
         return {**latency_figures(ttft, tpot), "skipped_idle_s": self.clock.skipped_s,
-                "graphs": self.events.summary()}
+                "graphs": self.events.summary(), "compiles": log.summary(),
+                "ttft_top_s": sorted(ttft)[-5:]}
 
     def close(self) -> None:
         del self.engine

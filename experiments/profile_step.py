@@ -1,11 +1,13 @@
 """GPU kernel time inside one engine step, by kernel (torch.profiler), for a prefill and a decode step.
 
-Admits `--seqs` prompts of `--prompt-len` random tokens (Llama-3-8B shape, random bf16 weights,
-eager: no CUDA graphs, so every kernel shows), profiles the first full prefill step, runs the
-prefill to the end, then profiles `--decode-steps` pure decode steps. Prints, per step kind, the
-CUDA time per step of the top kernels and their share, next to the step's wall time.
+Admits `--seqs` prompts of `--prompt-len` random tokens (random bf16 weights of `--model`'s shape),
+profiles the first full prefill step, runs the prefill to the end, then profiles `--decode-steps`
+pure decode steps. Eager by default (every kernel launch shows); `--graphs` profiles the engine as
+it serves (decode steps replay CUDA graphs). Prints, per step kind, the CUDA time per step of the top
+kernels and of each kind of kernel (GEMM, attention, norm, ...), next to the step's wall time, and the
+bandwidth floor of the step's weight reads.
 
-    python experiments/profile_step.py [--seqs 128] [--prompt-len 1300] [--record]
+    python experiments/profile_step.py [--model qwen2-7b] [--seqs 8] [--prompt-len 1800] [--graphs] [--record]
 """
 
 from __future__ import annotations
@@ -19,6 +21,22 @@ from torch.profiler import ProfilerActivity, profile
 
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
+
+KINDS = (  # kernel-name fragments -> kind, first match wins
+    ("gemm", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas", "splitk")),
+    ("attention", ("paged_decode", "paged_prefill", "flash", "attention", "_reduce")),
+    ("norm", ("rms_norm",)),
+    ("rotary", ("rotary",)),
+    ("activation", ("silu",)),
+    ("kv write", ("write_kv", "kv_write")),
+    ("copy", ("copy", "memcpy", "memset", "fill", "index", "gather", "scatter", "cat")),
+    ("sampling", ("argmax", "softmax", "max", "reduce", "sort", "topk")),
+)
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, frags in KINDS if any(f in low for f in frags)), "other")
 
 
 def profiled(engine, steps: int) -> tuple[float, list[tuple[str, float, int]]]:
@@ -35,12 +53,36 @@ def profiled(engine, steps: int) -> tuple[float, list[tuple[str, float, int]]]:
     return wall, sorted(kernels, key=lambda k: -k[1])
 
 
-def rows(kind: str, wall: float, kernels: list[tuple[str, float, int]], top: int) -> list[str]:
+def timed(engine, steps: int) -> float:
+    """Wall ms per step without the profiler."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def rows(kind: str, wall: float, kernels: list[tuple[str, float, int]], top: int, floor_ms: float) -> list[str]:
     total = sum(ms for _, ms, _ in kernels)
-    out = [f"| {kind} | (all kernels) | {total:.2f} | 100% | wall {wall:.2f} ms/step |"]
+    out = [f"| {kind} | (all kernels) | {total:.3f} | 100% | wall {wall:.3f} ms/step, weights floor "
+           f"{floor_ms:.3f} ms |"]
+    by_kind: dict[str, list[float]] = {}
+    for name, ms, calls in kernels:
+        acc = by_kind.setdefault(kind_of(name), [0.0, 0])
+        acc[0] += ms
+        acc[1] += calls
+    for k, (ms, calls) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
+        out.append(f"| {kind} | kind: {k} | {ms:.3f} | {ms / max(total, 1e-9):.1%} | {calls} calls |")
     for name, ms, calls in kernels[:top]:
         out.append(f"| {kind} | `{name[:90]}` | {ms:.3f} | {ms / max(total, 1e-9):.1%} | {calls} calls |")
     return out
+
+
+def weights_floor_ms(model) -> float:
+    """Reading every weight once at the H200's 4.8 TB/s: a decode step's lower bound."""
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    return size / 4.8e12 * 1e3
 
 
 def main() -> None:
@@ -50,30 +92,36 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=1300)
     parser.add_argument("--budget", type=int, default=8192, help="max_num_batched_tokens")
     parser.add_argument("--decode-steps", type=int, default=5)
+    parser.add_argument("--graphs", action="store_true", help="CUDA graphs on (the engine's default on a GPU)")
     parser.add_argument("--top", type=int, default=14)
     add_record_args(parser)
     args = parser.parse_args()
     vocab = preset_config(args.model).vocab_size
     llm = LLM(model=args.model, max_num_seqs=max(256, args.seqs), max_num_batched_tokens=args.budget,
-              max_model_len=4096, gpu_memory_utilization=0.9, cuda_graphs=False)
+              max_model_len=max(4096, args.prompt_len + 128), gpu_memory_utilization=0.9, cuda_graphs=args.graphs)
     engine = llm.engine
     llm.generate([[1] * 64] * 4, SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)  # compile
     gen = torch.Generator().manual_seed(0)
     for i in range(args.seqs):
         prompt = torch.randint(0, vocab, (args.prompt_len,), generator=gen).tolist()
         engine.add_request(f"p{i}", prompt, SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
+    floor = weights_floor_ms(engine.runner.model)
+    mode = "graphs" if args.graphs else "eager"
     lines = ["| step | kernel | CUDA ms per step | share | calls per step |", "|---|---|---|---|---|"]
     wall, kernels = profiled(engine, 1)
-    lines += rows(f"prefill ({args.budget} tokens)", wall, kernels, args.top)
+    lines += rows(f"prefill ({args.budget} tokens, {mode})", wall, kernels, args.top, floor)
     sched = engine.scheduler
     while sched.waiting or any(s.num_computed_tokens < s.num_prompt_tokens for s in sched.running):
         engine.step()
+    plain = timed(engine, args.decode_steps)
     wall, kernels = profiled(engine, args.decode_steps)
-    lines += rows(f"decode ({args.seqs} x ~{args.prompt_len})", wall, kernels, args.top)
+    lines += rows(f"decode ({args.seqs} x ~{args.prompt_len}, {mode}; unprofiled wall {plain:.3f} ms)", wall,
+                  kernels, args.top, floor)
     table = "\n".join(lines)
-    print(table)
+    print(table, flush=True)
     if args.record:
-        record(header(f"Kernel time per engine step ({args.model} shape, eager)") + "\n" + table + "\n", args.results)
+        title = f"Kernel time per engine step ({args.model} shape, {mode})"
+        record(header(title) + "\n" + table + "\n", args.results)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ def interpreting() -> bool:
 
 @functools.cache
 def _jit(fn: Callable[..., None]) -> Any:
-    return triton.jit(fn)
+    """`fn.do_not_specialize` (parameter names), where a kernel sets it: integer arguments that change from
+    call to call, so Triton compiles one form for every value instead of one per divisibility class."""
+    return triton.jit(fn, do_not_specialize=getattr(fn, "do_not_specialize", None))
 
 
 def kernel_for(fn: Callable[..., None], device: torch.device) -> Any:

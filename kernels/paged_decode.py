@@ -11,6 +11,10 @@ and the batch alone would leave the GPU short of programs, the launch gets P > 1
 sequence longer than `split_kv_min_len` spreads its own positions evenly over the P programs
 (ceil(ctx / P), rounded up to BLOCK_N); shorter ones keep all positions in partition 0. Each program
 writes a normalized partial output and its log-sum-exp (base 2); `_reduce_kernel` merges them.
+One compiled form of each kernel serves every batch: P is capped at MAX_PARTITIONS, the reduce always
+tiles that many partitions, the log-sum-exp rows are padded to a multiple of 16 (so their strides keep
+one divisibility), and the integer arguments that change from step to step (the table's stride, P) are
+not specialised on. A compile in the middle of serving stalls a step for a fraction of a second.
 Softmax runs in base 2: scores are scaled by scale*log2(e), and so is the clip bound (clipping
 commutes with that positive factor).
 An fp8 (e4m3) cache with bf16 queries runs its dot products in fp16 (one conversion from e4m3;
@@ -33,6 +37,7 @@ from kernels._triton import kernel_for, next_power_of_2, tl
 __all__ = ["DecodeTuning", "launch_paged_decode", "paged_decode", "paged_decode_reference"]
 
 LOG2E = 1.4426950408889634
+MAX_PARTITIONS = 64  # split-KV partitions per sequence, at most (the reduce's fixed tile)
 
 
 class DecodeTuning(NamedTuple):
@@ -103,6 +108,9 @@ def _decode_kernel(
         tl.store(lse_ptr + seq * stride_lb + heads * stride_lh + part, lse, mask=offs_g < GROUP)
 
 
+_decode_kernel.do_not_specialize = ("split_kv_min_len", "stride_bt")
+
+
 def _reduce_kernel(
     part_ptr, lse_ptr, out_ptr, num_parts,
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,
@@ -126,6 +134,9 @@ def _reduce_kernel(
     )
 
 
+_reduce_kernel.do_not_specialize = ("num_parts",)
+
+
 @functools.cache
 def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
@@ -134,7 +145,7 @@ def _multiprocessors(device: torch.device) -> int:
 def _num_partitions(programs: int, max_context: int, tuning: DecodeTuning, device: torch.device) -> int:
     """Partitions per sequence: enough to give every SM `programs_per_sm` programs, within limits."""
     wanted = math.ceil(tuning.programs_per_sm * _multiprocessors(device) / programs)
-    return max(1, min(wanted, math.ceil(max_context / tuning.min_partition)))
+    return max(1, min(wanted, math.ceil(max_context / tuning.min_partition), MAX_PARTITIONS))
 
 
 def _check_decode_args(query, k_cache, v_cache, block_tables, context_lens, scale, qk_clip):
@@ -171,7 +182,7 @@ def launch_paged_decode(
     split = num_parts > 1
     if split:
         partial = torch.empty(batch, num_heads, num_parts, head_dim, dtype=torch.float32, device=query.device)
-        lse = torch.empty(batch, num_heads, num_parts, dtype=torch.float32, device=query.device)
+        lse = torch.empty(batch, num_heads, -(-num_parts // 16) * 16, dtype=torch.float32, device=query.device)
         target, t_strides, lse_strides = partial, partial.stride()[:3], lse.stride()[:2]
     else:
         lse = partial = None
@@ -192,7 +203,7 @@ def launch_paged_decode(
         reduce = kernel_for(_reduce_kernel, query.device)
         reduce[(batch, num_heads)](
             partial, lse, out, num_parts, *partial.stride()[:3], *lse.stride()[:2], *out.stride()[:2],
-            HEAD_DIM=head_dim, BLOCK_D=next_power_of_2(head_dim), BLOCK_P=next_power_of_2(num_parts),
+            HEAD_DIM=head_dim, BLOCK_D=next_power_of_2(head_dim), BLOCK_P=MAX_PARTITIONS,
             num_warps=4,
         )  # fmt: skip
     return out

@@ -126,6 +126,9 @@ def _prefill_kernel(
     )
 
 
+_prefill_kernel.do_not_specialize = ("num_seqs", "stride_bt")  # both change from step to step
+
+
 def _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, qk_clip):
     geometry = check_cache_pair("paged_prefill", k_cache, v_cache)
     check_query("paged_prefill", query, geometry, k_cache.device)

@@ -130,3 +130,22 @@ def test_graphs_give_the_tokens_of_eager_on_the_real_model():
           f"{sum(a == b for a, b in zip(eager, graphs))} of {len(eager)} outputs identical")
     assert paths.get("piecewise", 0) > 0 and paths.get("full graph", 0) > 0
     assert graphs == eager
+
+
+def test_nothing_compiles_after_the_warm_up():
+    """Steps of every composition after the start-up warm-up (1 to 40 sequences; chunks of one sequence and of
+    many; contexts under and over split_kv_min_len; decode-only, mixed and eager steps) compile no Triton
+    kernel: a compile mid-serving stalls a step for a fraction of a second (a TTFT tail)."""
+    from kernels.compile_log import CompileLog
+
+    llm = LLM(model=MODEL, gpu_memory_utilization=0.3, max_model_len=4096, max_num_batched_tokens=2048,
+              split_kv_min_len=512)
+    gen = torch.Generator().manual_seed(3)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    with CompileLog() as log:
+        assert log.available
+        for count, low, high in ((1, 5, 40), (3, 600, 1500), (16, 20, 300), (40, 50, 900), (2, 2500, 3900)):
+            lengths = torch.randint(low, high, (count,), generator=gen).tolist()
+            prompts = [torch.randint(4, 32000, (k,), generator=gen).tolist() for k in lengths]
+            llm.generate(prompts, params, use_tqdm=False)
+    assert log.compiles == []
