@@ -153,7 +153,7 @@ class KernelConfig:
     # prefill chunks shorter than this use torch SDPA on their gathered K/V instead of the flash kernel; 1: none
     # do (on an H200 flash took a 2-63-token chunk's step 2.6-14x faster: experiments/bench_prefill_paths.py)
     flash_min_len: int = 1
-    split_kv_min_len: int = 2048  # decode contexts longer than this use split-KV
+    split_kv_min_len: int = 256  # decode contexts longer than this use split-KV (fastest or level at any batch)
     # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax; None: no clamp
     qk_clip: float | None = field(default=None, metadata={NEUTRAL: None})
     # pad token count and decode batch size up to a multiple of this; under CUDA graphs a step of up to

@@ -7,7 +7,8 @@ sequence, or many short ones), one sequence or several (Triton specialises an in
 
     round 1   prompts of 3, 17, 100, 600 tokens and one past split_kv_min_len together: a mixed step of
               several short chunks, then decodes with and without split-KV
-    round 2   the long prompt alone: one long chunk of one sequence
+    round 2   the long prompt alone: one long chunk of one sequence (of the flash kernel's long-chunk
+              launch too, where the token budget allows a chunk that long)
     round 3   a short prompt alone: a short chunk of one sequence, then single decodes
 
 Each request generates 3 tokens, EOS ignored; the engine is reset afterwards (empty pool and prefix cache,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kernels.paged_prefill import LONG_CHUNK
 from runtime.sampling_params import RequestOutputKind, SamplingParams
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ def warm_up(engine: LLMEngine) -> None:
     assert not engine.has_unfinished_requests(), "warm up a new engine, before any request"
     longest = engine.max_model_len - 3
     long_len = min(longest, engine.config.kernel.split_kv_min_len + 100)
+    if engine.scheduler.budget >= LONG_CHUNK:
+        long_len = min(longest, max(long_len, LONG_CHUNK))
     short = [min(n, longest) for n in _SHORT]
     for round_lengths in ([*short, long_len], [long_len], [short[1]]):
         _run(engine, round_lengths)

@@ -62,7 +62,7 @@ def test_values_of_the_runtime_apply_to_itself(load):
     assert base == {
         "use_tiers": False, "block_size": 16, "max_num_seqs": 256, "enable_chunked_prefill": True,
         "max_num_batched_tokens": None, "enable_prefix_caching": True, "preemption_mode": "recompute",
-        "watermark": 0.01, "gpu_memory_utilization": 0.9, "flash_min_len": 1, "split_kv_min_len": 2048,
+        "watermark": 0.01, "gpu_memory_utilization": 0.9, "flash_min_len": 1, "split_kv_min_len": 256,
         "pad_multiple": 1,
     }
     assert space.apply(runtime, base) == runtime
