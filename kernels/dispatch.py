@@ -52,8 +52,9 @@ def write_kv(
 def decode_attention(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     context_lens: torch.Tensor, *, scale: float, qk_clip: float | None, split_kv_min_len: int, use_triton: bool,
+    max_context: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """One query token per sequence: query [B, Hq, D] -> [B, Hq, D]."""
+    """One query token per sequence: query [B, Hq, D] -> [B, Hq, D]; `max_context` see `paged_decode`."""
     if use_triton:
         return paged_decode(
             query,
@@ -64,6 +65,7 @@ def decode_attention(
             scale=scale,
             qk_clip=qk_clip,
             split_kv_min_len=split_kv_min_len,
+            max_context=max_context,
         )
     return paged_decode_reference(query, k_cache, v_cache, block_tables, context_lens, scale=scale, qk_clip=qk_clip)
 

@@ -165,7 +165,7 @@ def _check_decode_args(query, k_cache, v_cache, block_tables, context_lens, scal
 def launch_paged_decode(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     context_lens: torch.Tensor, *, scale: float, qk_clip: float | None, split_kv_min_len: int,
-    tuning: DecodeTuning,
+    tuning: DecodeTuning, max_context: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """`paged_decode` with explicit launch parameters (benchmarks sweep them)."""
     geometry = _check_decode_args(query, k_cache, v_cache, block_tables, context_lens, scale, qk_clip)
@@ -175,7 +175,7 @@ def launch_paged_decode(
     if batch == 0:
         return out
     # why this bound: the table's width caps every context, and reading it needs no device sync
-    max_context = block_tables.shape[1] * geometry.block_size
+    max_context = max_context or block_tables.shape[1] * geometry.block_size
     num_parts = 1
     if max_context > split_kv_min_len:
         num_parts = _num_partitions(batch * geometry.num_kv_heads, max_context, tuning, query.device)
@@ -212,16 +212,21 @@ def launch_paged_decode(
 def paged_decode(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     context_lens: torch.Tensor, *, scale: float, split_kv_min_len: int, qk_clip: float | None = None,
+    max_context: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Decode attention over the paged cache (Triton).
 
     query [B, Hq, D]; k_cache, v_cache [num_blocks, block_size, Hkv, D]; block_tables [B, max_blocks]
     int32; context_lens [B] int32 (>= 1, the query's own K/V already written). Returns [B, Hq, D].
+    `max_context`: the longest context the caller can ever pass (its max_model_len), which sizes the
+    split-KV partitions; without it, the table's width. Two calls with the same batch size and bound
+    split the same way, so they give the same values (an engine's eager steps and its CUDA graphs).
     Never synchronizes with the device.
     """
     return launch_paged_decode(
         query, k_cache, v_cache, block_tables, context_lens,
         scale=scale, qk_clip=qk_clip, split_kv_min_len=split_kv_min_len, tuning=DecodeTuning(),
+        max_context=max_context,
     )  # fmt: skip
 
 

@@ -34,6 +34,7 @@ class DecodeBatch:
     tokens: slice  # rows of the flat batch, one token per sequence
     block_tables: torch.Tensor  # [B, max_blocks] int32
     context_lens: torch.Tensor  # [B] int32, including the new token
+    max_context: int | None = None  # the tier's longest context (its table width in tokens): sizes split-KV
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: in
             d = tb.decode
             out[d.tokens] = decode_attention(
                 q[d.tokens], k_cache, v_cache, d.block_tables, d.context_lens, scale=scale,
-                qk_clip=meta.qk_clip, split_kv_min_len=meta.split_kv_min_len, use_triton=meta.use_triton)
+                qk_clip=meta.qk_clip, split_kv_min_len=meta.split_kv_min_len, use_triton=meta.use_triton,
+                max_context=d.max_context)
         if tb.prefill is not None:
             p = tb.prefill
             out[p.tokens] = prefill_attention(

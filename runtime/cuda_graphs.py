@@ -49,7 +49,7 @@ class DecodeGraphs:
 
     def _meta(self, b: int) -> AttentionMetadata:
         rows = slice(0, b)
-        decode = DecodeBatch(rows, self.tables[:b], self.context[:b])
+        decode = DecodeBatch(rows, self.tables[:b], self.context[:b], self.width * self.block_size)
         tier = TierBatch(0, rows, self.slots[:b], decode, None)
         k = self.kernel
         return AttentionMetadata((tier,), True, k.qk_clip, k.flash_min_len, k.split_kv_min_len)

@@ -65,7 +65,9 @@ def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_
     block_tables = _tables(tables, device)
     context_lens = _tensor(ctx, np.int32, device)
     if is_decode:
-        batch = DecodeBatch(rows, block_tables, context_lens)
+        tier = kv.tiers[items[0].seq.tier]
+        width = -(-tier.max_len // tier.block_size) * tier.block_size  # as the CUDA graphs' tables: same split
+        batch = DecodeBatch(rows, block_tables, context_lens, width)
     else:
         plan = None if flash_min_len is None else plan_prefill(qsl, ctx, flash_min_len, device)
         batch = PrefillBatch(rows, block_tables, _tensor(qsl, np.int32, device), context_lens, plan)

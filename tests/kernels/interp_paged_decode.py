@@ -58,3 +58,17 @@ def test_split_and_unsplit_decode_agree() -> None:
     split = launch_paged_decode(query, *kv, scale=0.25, qk_clip=None, split_kv_min_len=1, tuning=SMALL)
     whole = launch_paged_decode(query, *kv, scale=0.25, qk_clip=None, split_kv_min_len=10_000, tuning=SMALL)
     assert rel_error(split, whole) < 1e-6
+
+
+def test_a_wider_table_splits_as_its_max_context_says() -> None:
+    """The engine's eager steps pass tables as wide as their batch needs, its CUDA graphs tables as wide as
+    max_model_len: with the same `max_context` they split alike, so their values are bit for bit the same."""
+    kv = make_paged_kv([100, 37], block_size=4, num_kv_heads=2, head_dim=16, cache_dtype=F32)
+    k_cache, v_cache, tables, lens = kv
+    wide = torch.cat([tables, torch.zeros(2, 40, dtype=tables.dtype)], dim=1)  # 40 more unused columns
+    query = make_query(2, 8, 16, F32)
+    run = lambda t, m: launch_paged_decode(query, k_cache, v_cache, t, lens, scale=0.25, qk_clip=None,
+                                           split_kv_min_len=1, tuning=SMALL, max_context=m)
+    bound = wide.shape[1] * 4
+    assert torch.equal(run(tables, bound), run(wide, bound))
+    assert torch.equal(run(wide, None), run(wide, bound))
