@@ -1,6 +1,6 @@
 """Host cost of one decode step at 256 running sequences: scheduling and block bookkeeping, no model.
 
-    python experiments/bench_bookkeeping.py [--seqs 256] [--prompt-len 512] [--steps 2000] [--record]
+    python -m experiments.bench_bookkeeping [--seqs 256] [--prompt-len 512] [--steps 2000] [--record]
                                             [--profile] [--results experiments/RESULTS.md]
 
 Builds a KVCacheManager + Scheduler as the engine does, admits `--seqs` prompts of about
@@ -26,13 +26,12 @@ import platform
 import pstats
 import random
 import statistics
-import sys
 import time
 from typing import NamedTuple
 
 import torch
-from bench_decode import add_record_args, record
 
+from experiments.record import add_record_args, command_line, record
 from runtime.config import KernelConfig
 from runtime.inputs import build_inputs
 from runtime.kv.manager import KVCacheManager, TierSpec
@@ -132,7 +131,7 @@ def header(args: argparse.Namespace) -> str:
         f"{os.cpu_count()} CPUs (shared with other jobs), Python {platform.python_version()}, "
         f"torch {torch.__version__}. {args.seqs} running sequences, prompts of {args.prompt_len} +- "
         f"{args.prompt_len // 16} tokens, {args.steps} timed decode steps, max_num_batched_tokens {BUDGET}.\n"
-        f"Command: `python {' '.join(sys.argv)}`\n\n"
+        f"Command: `{command_line()}`\n\n"
         "| block size | prefix caching | schedule + bookkeeping median (ms) | p99 (ms) | schedule() median (ms) "
         "| bookkeeping median (ms) | build_inputs median (ms) | build_inputs p99 (ms) | <= 1 ms |\n"
         "|---|---|---|---|---|---|---|---|---|\n"

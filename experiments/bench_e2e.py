@@ -10,7 +10,7 @@ the batch's longest output; only each request's own tokens count as useful) and 
 needs, and the roofline fraction (prefill FLOPs at the measured GEMM rate + decode bytes at the
 measured copy rate). Prints a markdown table; --record appends it to experiments/RESULTS.md.
 
-    python experiments/bench_e2e.py --record
+    python -m experiments.bench_e2e --record
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import time
 from typing import Any
 
 import torch
-from bench_decode import add_record_args, header, record
-from e2e_peers import hf_generate_batch, hf_static, load_hf
-from e2e_roofline import ceilings, roofline_seconds, static_kv_waste
 
+from experiments.e2e_peers import hf_generate_batch, hf_static, load_hf
+from experiments.e2e_roofline import ceilings, roofline_seconds, static_kv_waste
+from experiments.record import add_record_args, header, record
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
 

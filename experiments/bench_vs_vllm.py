@@ -96,7 +96,7 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child:
-        from bench_vs_vllm_engines import run_child  # imports the engine only in its own process
+        from experiments.bench_vs_vllm_engines import run_child  # imports the engine only in its own process
 
         run_child(args)
         return

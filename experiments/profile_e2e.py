@@ -9,7 +9,7 @@ Runs a bench_e2e workload once per configuration and splits every engine step in
 grouped by step kind (pure decode on a CUDA graph, pure decode eager, steps with prefill).
 A step's GPU time hides behind `execute` + `sample`; the host-only share is schedule + rest.
 
-    python experiments/profile_e2e.py [--workload mixed] [--budgets 8192,16384] [--record]
+    python -m experiments.profile_e2e [--workload mixed] [--budgets 8192,16384] [--record]
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from bench_decode import add_record_args, header, record, time_phase
-from bench_e2e import sync, warm_up_prompts, workload
 
+from experiments.bench_e2e import sync, warm_up_prompts, workload
+from experiments.record import add_record_args, header, record
+from experiments.timing import time_phase
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
 

@@ -14,9 +14,9 @@ import argparse
 import time
 
 import torch
-from bench_decode import add_record_args, header, record
 from torch.profiler import ProfilerActivity, profile
 
+from experiments.record import add_record_args, header, record
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
 
