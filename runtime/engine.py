@@ -313,7 +313,7 @@ class LLMEngine:
         return [s for r in self.requests.values() for s in r.seqs if s.status is not SeqStatus.FINISHED]
 
     def check_integrity(self) -> None:
-        check_integrity(self.kv, (s.seq_id for s in self.live_sequences()))
+        check_integrity(self.kv, self.live_sequences())
 
     def _record(self, sched: SchedulerOutput) -> None:
         usage = self.kv.usage(self.scheduler.running)
