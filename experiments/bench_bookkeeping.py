@@ -9,8 +9,8 @@ same step), runs the prefill steps, then times `--steps` decode steps. Per step:
 
     schedule()                          -> column "schedule"
     runtime.inputs.build_inputs on CPU tensors                               -> "build_inputs"
-    the engine's postprocess bookkeeping: num_computed_tokens, kv.commit, fork check, token append,
-      per-token timestamps, finish check; then kv.usage for the step stats   -> "bookkeeping"
+    the engine's postprocess bookkeeping: Scheduler.update_computed (computed tokens, kv.commit), the fork
+      check, Scheduler.update_from_output (token append, timestamps, stop checks); kv.usage -> "bookkeeping"
 
 The target (issue 2) is schedule + bookkeeping <= 1 ms per step. `--profile` prints cProfile's top
 functions for the first configuration.
@@ -74,21 +74,20 @@ def build(num_seqs: int, prompt_len: int, steps: int, block_size: int, caching: 
 
 
 def postprocess(sched: Scheduler, out: SchedulerOutput, now: float, token: int = 5) -> None:
-    """The engine's `_postprocess` + `_append` + `_record` bookkeeping with the sampler replaced by a constant."""
+    """The engine's `_postprocess` and `_record` bookkeeping with the sampler replaced by a constant: the
+    scheduler's `update_computed`, the fork check and the sampler's rows, `update_from_output`, `kv.usage`."""
     rows = []  # the sampler's per-row arguments
-    for item in out.scheduled:
-        seq = item.seq
-        seq.num_computed_tokens += item.num_new_tokens
-        sched.kv.commit(seq)
-        if item.sample:
-            # the engine's fork check, evaluated for the same cost; this benchmark's requests all have n = 1
-            assert not (seq.request.params.n > len(seq.request.seqs) and seq.num_output_tokens == 0)
-            rows.append((seq.seq_id, seq.seed, seq.request.params))
-            seq.token_ids.append(token)
-            seq.request.metrics.token_times.append(now)
-            if seq.num_output_tokens >= seq.request.params.max_tokens:
-                sched.remove(seq)
+    sampling = sched.update_computed(out)
+    for seq in sampling:
+        # the engine's fork check, evaluated for the same cost; this benchmark's requests all have n = 1
+        assert not (seq.request.params.n > len(seq.request.seqs) and seq.num_output_tokens == 0)
+        rows.append((seq.seq_id, seq.seed, seq.request.params))
+    sched.update_from_output([(seq, token) for seq in sampling], now, _no_text)
     sched.kv.usage(sched.running)
+
+
+def _no_text(seq: Sequence) -> bool:
+    return False  # no request here has stop strings: never asked
 
 
 def run(sched: Scheduler, steps: int, kernel: KernelConfig) -> StepTimes:

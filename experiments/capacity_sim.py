@@ -53,6 +53,8 @@ def first_failure(config: EngineConfig, profile: GpuProfile, requests, slo: SloC
     that fails (0.0 when `top` / 2 fails). Where passing is not monotone in the rate (one short request of a
     small window meets its TPOT bound at some rates and not at others), a bisection finds whichever edge its
     path leads to; this finds the lowest."""
+    if top <= 0:  # nothing passed: no scale to count up from
+        return 0.0
     scale, last = top / 2, 0.0
     while scale <= top * 1.2 and sim_passes(config, profile, requests, slo, scale):
         last, scale = scale, scale * 1.01

@@ -67,20 +67,20 @@ def live_seqs(sched: Scheduler) -> list[Sequence]:
 
 
 def run_step(sched: Scheduler, token: int = 7) -> SchedulerOutput:
-    """schedule(), then the engine's postprocess without a model; finished sequences are removed.
+    """schedule(), then the scheduler's side of the engine's postprocess without a model (`update_computed`,
+    `update_from_output`); finished sequences leave.
 
     Every sampled token is `token`. Integrity is checked after the step.
     """
     out = sched.schedule()
-    for item in out.scheduled:
-        item.seq.num_computed_tokens += item.num_new_tokens
-        sched.kv.commit(item.seq)
-        if item.sample:
-            item.seq.token_ids.append(token)
-            if item.seq.num_output_tokens >= item.seq.request.params.max_tokens:
-                sched.remove(item.seq)
+    sampling = sched.update_computed(out)
+    sched.update_from_output([(seq, token) for seq in sampling], 0.0, _no_stop_strings)
     check_integrity(sched.kv, live_seqs(sched))
     return out
+
+
+def _no_stop_strings(seq: Sequence) -> bool:
+    raise AssertionError("asked for a stop string: no sequence here has any")
 
 
 def plan(out: SchedulerOutput) -> list[tuple[int, int, int, bool]]:
