@@ -1,6 +1,6 @@
 """Host cost of one decode step at 256 running sequences: scheduling and block bookkeeping, no model.
 
-    python experiments/bench_bookkeeping.py [--seqs 256] [--prompt-len 512] [--steps 2000] [--record]
+    python -m experiments.bench_bookkeeping [--seqs 256] [--prompt-len 512] [--steps 2000] [--record]
                                             [--profile] [--results experiments/RESULTS.md]
 
 Builds a KVCacheManager + Scheduler as the engine does, admits `--seqs` prompts of about
@@ -9,8 +9,8 @@ same step), runs the prefill steps, then times `--steps` decode steps. Per step:
 
     schedule()                          -> column "schedule"
     runtime.inputs.build_inputs on CPU tensors                               -> "build_inputs"
-    the engine's postprocess bookkeeping: num_computed_tokens, kv.commit, fork check, token append,
-      per-token timestamps, finish check; then kv.usage for the step stats   -> "bookkeeping"
+    the engine's postprocess bookkeeping: Scheduler.update_computed (computed tokens, kv.commit), the fork
+      check, Scheduler.update_from_output (token append, timestamps, stop checks); kv.usage -> "bookkeeping"
 
 The target (issue 2) is schedule + bookkeeping <= 1 ms per step. `--profile` prints cProfile's top
 functions for the first configuration.
@@ -26,13 +26,12 @@ import platform
 import pstats
 import random
 import statistics
-import sys
 import time
 from typing import NamedTuple
 
 import torch
-from bench_decode import add_record_args, record
 
+from experiments.record import add_record_args, command_line, record
 from runtime.config import KernelConfig
 from runtime.inputs import build_inputs
 from runtime.kv.manager import KVCacheManager, TierSpec
@@ -75,21 +74,20 @@ def build(num_seqs: int, prompt_len: int, steps: int, block_size: int, caching: 
 
 
 def postprocess(sched: Scheduler, out: SchedulerOutput, now: float, token: int = 5) -> None:
-    """The engine's `_postprocess` + `_append` + `_record` bookkeeping with the sampler replaced by a constant."""
+    """The engine's `_postprocess` and `_record` bookkeeping with the sampler replaced by a constant: the
+    scheduler's `update_computed`, the fork check and the sampler's rows, `update_from_output`, `kv.usage`."""
     rows = []  # the sampler's per-row arguments
-    for item in out.scheduled:
-        seq = item.seq
-        seq.num_computed_tokens += item.num_new_tokens
-        sched.kv.commit(seq)
-        if item.sample:
-            # the engine's fork check, evaluated for the same cost; this benchmark's requests all have n = 1
-            assert not (seq.request.params.n > len(seq.request.seqs) and seq.num_output_tokens == 0)
-            rows.append((seq.seq_id, seq.seed, seq.request.params))
-            seq.token_ids.append(token)
-            seq.request.metrics.token_times.append(now)
-            if seq.num_output_tokens >= seq.request.params.max_tokens:
-                sched.remove(seq)
+    sampling = sched.update_computed(out)
+    for seq in sampling:
+        # the engine's fork check, evaluated for the same cost; this benchmark's requests all have n = 1
+        assert not (seq.request.params.n > len(seq.request.seqs) and seq.num_output_tokens == 0)
+        rows.append((seq.seq_id, seq.seed, seq.request.params))
+    sched.update_from_output([(seq, token) for seq in sampling], now, _no_text)
     sched.kv.usage(sched.running)
+
+
+def _no_text(seq: Sequence) -> bool:
+    return False  # no request here has stop strings: never asked
 
 
 def run(sched: Scheduler, steps: int, kernel: KernelConfig) -> StepTimes:
@@ -132,7 +130,7 @@ def header(args: argparse.Namespace) -> str:
         f"{os.cpu_count()} CPUs (shared with other jobs), Python {platform.python_version()}, "
         f"torch {torch.__version__}. {args.seqs} running sequences, prompts of {args.prompt_len} +- "
         f"{args.prompt_len // 16} tokens, {args.steps} timed decode steps, max_num_batched_tokens {BUDGET}.\n"
-        f"Command: `python {' '.join(sys.argv)}`\n\n"
+        f"Command: `{command_line()}`\n\n"
         "| block size | prefix caching | schedule + bookkeeping median (ms) | p99 (ms) | schedule() median (ms) "
         "| bookkeeping median (ms) | build_inputs median (ms) | build_inputs p99 (ms) | <= 1 ms |\n"
         "|---|---|---|---|---|---|---|---|---|\n"

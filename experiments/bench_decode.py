@@ -1,28 +1,24 @@
 """Paged decode attention vs torch SDPA on contiguous K/V, at the ANCHORS shapes.
 
-    python experiments/bench_decode.py [--sweep] [--record] [--results experiments/RESULTS.md]
+    python -m experiments.bench_decode [--sweep] [--record] [--results experiments/RESULTS.md]
 
 Both read the same K+V bytes (B x ctx x Hkv x D x 2 bytes x 2): the table gives each one's time and
 achieved TB/s, next to a device-to-device copy ceiling measured in the same run (bytes read +
 written), and the ratio SDPA time / paged time (>= 1.0 means the paged kernel is as fast). The paged
 cache's block tables are a random permutation of the pool, as after a long serving run.
 `--sweep` also times launch variants at block size 16. Times are medians of CUDA events around
-eager calls (each call is long enough to hide its launch). This module also holds the helpers
-bench_prefill.py uses (timing, header, recording).
+eager calls (each call is long enough to hide its launch).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import sys
-import time
-from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from experiments.record import add_record_args, header, record
+from experiments.timing import copy_ceiling_tbs, time_ms
 from kernels.paged_decode import DecodeTuning, _num_partitions, launch_paged_decode
 
 SHAPES = [(64, 4096), (256, 1024), (8, 32768), (16, 8192)]  # (batch, context): ANCHORS, then few long ones
@@ -33,72 +29,6 @@ SWEEP = [DecodeTuning(*t) for t in [
     (64, 1, 256, 4, 3), (64, 4, 256, 4, 3), (64, 8, 256, 4, 3), (64, 2, 256, 4, 2), (64, 2, 256, 4, 4),
     (128, 2, 256, 4, 3), (32, 2, 256, 4, 3),
 ]]  # fmt: skip
-
-
-def time_ms(fn, *, graph: bool) -> float:
-    """Median time of fn() in ms: CUDA events around eager calls, or around CUDA-graph replays of many
-    calls (device time without Python launch overhead, for work too short to hide it)."""
-    import triton.testing
-
-    if graph:
-        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
-    return triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
-
-
-def copy_ceiling_tbs() -> float:
-    """Device-to-device copy of 4 GiB of bf16, counting bytes read plus written."""
-    src = torch.randn(2 * 1024**3, device="cuda", dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src), graph=False)  # why eager: a captured copy runs on the copy engines
-    return 2 * src.numel() * 2 / ms / 1e9
-
-
-def header(title: str) -> str:
-    import platform
-
-    import triton
-
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU {platform.machine()}"
-    return (
-        f"## {title}\n\n{datetime.date.today().isoformat()}, {device}, "
-        f"torch {torch.__version__}, triton {triton.__version__}.\n"
-        f"Command: `python {' '.join(sys.argv)}`\n"
-    )
-
-
-def emit(table: str, args: argparse.Namespace, title: str) -> None:
-    """Print a result table and, with --record, append it to --results under its header (date, device,
-    versions, command)."""
-    print(table)
-    if args.record:
-        record(header(title) + "\n" + table + "\n", args.results)
-
-
-def time_phase(obj: Any, name: str, spent: dict[str, float], phase: str) -> None:
-    """Wrap `obj.name` so that each call adds its wall time to `spent[phase]` (the profilers' phase timer)."""
-    inner = getattr(obj, name)
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            spent[phase] = spent.get(phase, 0.0) + time.perf_counter() - start
-
-    setattr(obj, name, timed)
-
-
-def add_record_args(parser: argparse.ArgumentParser) -> None:
-    """--record (append the table to --results) and --results, shared by every benchmark script."""
-    parser.add_argument("--record", action="store_true", help="append the table to --results")
-    parser.add_argument("--results", type=Path, default=Path("experiments/RESULTS.md"))
-
-
-def record(text: str, results: Path) -> None:
-    if not results.exists():
-        results.write_text("# Measured results (every figure the docs quote: date, hardware, command)\n")
-    with results.open("a") as f:
-        f.write("\n" + text)
 
 
 def paged_inputs(batch: int, ctx: int, block_size: int, dtype: torch.dtype = torch.bfloat16):

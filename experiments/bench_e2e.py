@@ -10,7 +10,7 @@ the batch's longest output; only each request's own tokens count as useful) and 
 needs, and the roofline fraction (prefill FLOPs at the measured GEMM rate + decode bytes at the
 measured copy rate). Prints a markdown table; --record appends it to experiments/RESULTS.md.
 
-    python experiments/bench_e2e.py --record
+    python -m experiments.bench_e2e --record
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import time
 from typing import Any
 
 import torch
-from bench_decode import add_record_args, header, record
-from e2e_peers import hf_generate_batch, hf_static, load_hf
-from e2e_roofline import ceilings, roofline_seconds, static_kv_waste
 
+from experiments.e2e_peers import hf_generate_batch, hf_static, load_hf
+from experiments.e2e_roofline import ceilings, roofline_seconds, static_kv_waste
+from experiments.record import add_record_args, header, record
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
 
@@ -44,28 +44,43 @@ def warm_up_prompts(prompts: list[list[int]]) -> list[list[int]]:
     return [p[:64] for p in prompts[:8]]
 
 
+def warmed_llm(model: str, prompts: list[list[int]], **knobs: Any) -> LLM:
+    """The model's `LLM` after the warm-up prompts ran."""
+    llm = LLM(model=model, **knobs)
+    llm.generate(warm_up_prompts(prompts), SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
+                 use_tqdm=False)
+    return llm
+
+
+def timed_generate(llm: LLM, prompts: list[list[int]], outs: list[int]) -> tuple[float, int]:
+    """Seconds and output tokens of one `generate` of every prompt for its output length (greedy, EOS ignored)."""
+    params = [SamplingParams(max_tokens=o, temperature=0.0, ignore_eos=True) for o in outs]
+    sync()
+    start = time.perf_counter()
+    results = llm.generate(prompts, params, use_tqdm=False)
+    sync()
+    return time.perf_counter() - start, sum(len(r.outputs[0].token_ids) for r in results)
+
+
+def free_device() -> None:
+    """What a dropped engine held goes back before the next one plans its KV pool."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def sync() -> None:
     if torch.cuda.is_available():  # a CPU smoke run (--model tiny) has nothing to wait for
         torch.cuda.synchronize()
 
 
 def run_pagetune(model: str, prompts, outs, **knobs: Any) -> dict[str, float]:
-    llm = LLM(model=model, **knobs)
-    llm.generate(warm_up_prompts(prompts), SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
-                 use_tqdm=False)
+    llm = warmed_llm(model, prompts, **knobs)
     llm.engine.reset()
-    params = [SamplingParams(max_tokens=o, temperature=0.0, ignore_eos=True) for o in outs]
-    sync()
-    start = time.perf_counter()
-    results = llm.generate(prompts, params, use_tqdm=False)
-    sync()
-    seconds = time.perf_counter() - start
-    tokens = sum(len(r.outputs[0].token_ids) for r in results)
+    seconds, tokens = timed_generate(llm, prompts, outs)
     waste = llm.engine.totals.kv_waste_mean
-    del llm, results
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    del llm
+    free_device()
     return {"seconds": seconds, "tokens": tokens, "tok_s": tokens / seconds, "kv_waste": waste}
 
 

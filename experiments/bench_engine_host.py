@@ -1,6 +1,6 @@
 """Host time of the real engine per decode step, by output kind: what the GPU waits on between steps.
 
-    python experiments/bench_engine_host.py [--seqs 256] [--steps 200] [--record]
+    python -m experiments.bench_engine_host [--seqs 256] [--steps 200] [--record]
                                             [--results experiments/RESULTS.md]
 
 Two `LLMEngine`s on the `tiny` preset (CPU), each with `--seqs` greedy requests of 100-140 prompt
@@ -25,11 +25,11 @@ import os
 import platform
 import random
 import statistics
-import sys
 
 import torch
-from bench_decode import add_record_args, record, time_phase
 
+from experiments.record import add_record_args, command_line, record
+from experiments.timing import time_phase
 from runtime import LLM, LLMEngine, RequestOutputKind, SamplingParams
 
 PHASES = ("schedule", "postprocess", "record")
@@ -84,7 +84,7 @@ def main() -> None:
         f"{datetime.date.today().isoformat()}, {platform.platform()}, {os.cpu_count()} CPUs (shared with other "
         f"jobs), Python {platform.python_version()}, torch {torch.__version__}. {args.steps} decode steps per "
         "engine, alternating.",
-        f"Command: `python {' '.join(sys.argv)}`\n",
+        f"Command: `{command_line()}`\n",
         "| output_kind | schedule ms | postprocess ms | record ms | host total ms | host total p90 ms |",
         "|---|---|---|---|---|---|",
     ]

@@ -8,7 +8,7 @@ Triton kernel's achieved bandwidth (bytes it must read and write) and the device
     rotary q + k             q [T, 32, 128], k [T, 8, 128] (views of the fused qkv output), cos/sin [T, 128]
     silu_and_mul             gate_up [T, 2 x 14336] -> [T, 14336]
 
-    python experiments/bench_layers.py [--record]
+    python -m experiments.bench_layers [--record]
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-from bench_decode import add_record_args, copy_ceiling_tbs, header, record, time_ms
 
+from experiments.record import add_record_args, header, record
+from experiments.timing import copy_ceiling_tbs, time_ms
 from kernels.activation import silu_and_mul, silu_and_mul_reference
 from kernels.norm import rms_norm, rms_norm_reference
 from kernels.rotary import apply_rotary, apply_rotary_reference

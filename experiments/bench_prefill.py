@@ -1,6 +1,6 @@
 """Paged prefill (flash) attention vs torch SDPA's flash backend on contiguous inputs.
 
-    python experiments/bench_prefill.py [--sweep] [--record] [--results experiments/RESULTS.md]
+    python -m experiments.bench_prefill [--sweep] [--record] [--results experiments/RESULTS.md]
 
 Fresh causal prompts (no cached prefix), 32 query / 8 kv heads, head_dim 128, bf16; the paged
 kernel reads K/V from a block-size-16 cache whose tables are a random permutation of the pool.
@@ -16,9 +16,10 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from bench_decode import add_record_args, header, record, time_ms
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from experiments.record import add_record_args, header, record
+from experiments.timing import time_ms
 from kernels.paged_prefill import PrefillTuning, default_tuning, launch_paged_prefill
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16

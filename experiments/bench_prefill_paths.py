@@ -1,6 +1,6 @@
 """Short prefill chunks: the SDPA path against the Triton flash kernel, per engine step (GPU).
 
-    python experiments/bench_prefill_paths.py [--record] [--results experiments/RESULTS.md]
+    python -m experiments.bench_prefill_paths [--record] [--results experiments/RESULTS.md]
 
 `kernel.flash_min_len` sends chunks shorter than it to SDPA over their gathered K/V and the rest to the
 flash kernel. This times one step's prefill attention both ways for chunks of 2 to 63 tokens: with
@@ -17,9 +17,9 @@ import statistics
 import time
 
 import torch
-from bench_decode import add_record_args, emit
-from bench_short_chunks import HEAD_DIM, LAYERS, inputs
 
+from experiments.bench_short_chunks import HEAD_DIM, LAYERS, inputs
+from experiments.record import add_record_args, emit
 from kernels import plan_prefill, prefill_attention
 
 SDPA_MIN_LEN, FLASH_MIN_LEN = 64, 1

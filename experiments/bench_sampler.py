@@ -4,7 +4,7 @@
 every row a seeded request with top-k (and optionally top-p). Times one `Sampler.sample` call, which
 ends with the tokens on the host (a device sync), as the engine's step does. Greedy is the floor.
 
-    python experiments/bench_sampler.py [--rows 256] [--record]
+    python -m experiments.bench_sampler [--rows 256] [--record]
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import statistics
 import time
 
 import torch
-from bench_decode import add_record_args, header, record
 
+from experiments.record import add_record_args, header, record
 from runtime.sampler import Sampler
 from runtime.sampling_params import SamplingParams
 

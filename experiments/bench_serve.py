@@ -39,9 +39,9 @@ from typing import Any
 import httpx2
 import torch
 import yaml
-from bench_decode import add_record_args, header, record
-from bench_e2e import run_pagetune, warm_up_prompts, workload
 
+from experiments.bench_e2e import run_pagetune, warm_up_prompts, workload
+from experiments.record import add_record_args, header, record
 from runtime import EngineConfig
 from runtime.model.presets import preset_config
 from runtime.serve.cli import ENGINE_MODES

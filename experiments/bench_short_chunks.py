@@ -1,6 +1,6 @@
 """A step's prefill attention with short chunks: the paths planned once a step vs in every layer (GPU).
 
-    python experiments/bench_short_chunks.py [--record] [--results experiments/RESULTS.md]
+    python -m experiments.bench_short_chunks [--record] [--results experiments/RESULTS.md]
 
 Llama-3-8B attention shape (32 query / 8 kv heads, head_dim 128, bf16, block size 16). One step's
 prefill part is called 32 times (the layers), eagerly, as the engine calls it: wall time per step,
@@ -18,8 +18,8 @@ import statistics
 import time
 
 import torch
-from bench_decode import add_record_args, emit
 
+from experiments.record import add_record_args, emit
 from kernels import plan_prefill, prefill_attention
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK, LAYERS, FLASH_MIN_LEN = 32, 8, 128, 16, 32, 64

@@ -2,7 +2,7 @@
 partition count was fixed at capture from the block table's width (`max_model_len`), for each batch and
 context length, on a model's head layout.
 
-    python experiments/bench_split_kv.py [--model qwen2-7b] [--max-model-len 8192] [--record]
+    python -m experiments.bench_split_kv [--model qwen2-7b] [--max-model-len 8192] [--record]
 
 Device time per call (median of CUDA-graph replays, triton.testing.do_bench_cudagraph) and the K+V read rate;
 the last columns give the fastest threshold and the default's time against it.
@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-from bench_decode import add_record_args, header, record, time_ms
 
+from experiments.record import add_record_args, header, record
+from experiments.timing import time_ms
 from kernels.paged_decode import DecodeTuning, _num_partitions, launch_paged_decode
 from runtime.model.presets import preset_config
 

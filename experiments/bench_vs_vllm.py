@@ -17,8 +17,8 @@ Workloads (random bf16 weights, `load_format="dummy"` for vLLM):
     azure-code  Qwen2-7B shape, 192 requests with (prompt, output) lengths drawn from the Azure LLM code
                 trace (azure_llm_2023_code.csv: ../shared/traces, or --trace), prompt + output <= 8192
 
-    python experiments/bench_vs_vllm.py --model llama-3-8b --workloads uniform,mixed --out DIR
-    python experiments/bench_vs_vllm.py --model qwen2-7b --workloads azure-code --trace .traces/azure.csv --out DIR
+    python -m experiments.bench_vs_vllm --model llama-3-8b --workloads uniform,mixed --out DIR
+    python -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --trace .traces/azure.csv --out DIR
 
 The parent imports neither engine; `--child ENGINE` is one engine's process, writing DIR/ENGINE-MODEL.json.
 """
@@ -96,12 +96,12 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child:
-        from bench_vs_vllm_engines import run_child  # imports the engine only in its own process
+        from experiments.bench_vs_vllm_engines import run_child  # imports the engine only in its own process
 
         run_child(args)
         return
     for engine in args.engines.split(","):
-        cmd = [sys.executable, __file__, "--child", engine, *sys.argv[1:]]
+        cmd = [sys.executable, "-m", "experiments.bench_vs_vllm", "--child", engine, *sys.argv[1:]]
         print(f"== {engine} on {args.model}: {args.workloads}", flush=True)
         code = subprocess.call(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         if code:

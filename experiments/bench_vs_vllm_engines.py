@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_vs_vllm import MAX_LEN, OPEN, arrivals, latency_figures, prompts, workload
 
+from experiments.bench_vs_vllm import MAX_LEN, OPEN, arrivals, latency_figures, prompts, workload
 from kernels.compile_log import CompileLog
 from runtime.model.presets import preset_config
 

@@ -6,61 +6,54 @@ verdicts set beside the simulator's; the latencies at the real capacity; the rea
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from capacity_sim import (
+from experiments.capacity_sim import (
+    CPU_REQUESTS,
     POINT,
     SENSITIVITY,
     SPREAD_REPLAYS,
-    CapWindow,
     first_failure,
-    rate_rps,
     sim_capacity,
     sim_passes,
     sim_point,
     slo_for,
-    window_requests,
 )
-from sim_accuracy import _err, engine_config
-
+from experiments.sim_lab import compare, engine_config, ranking, relative_error
+from experiments.windows import Window, rate_rps
 from runtime import EngineConfig, GpuProfile
 from runtime.sim.refit import step_samples, tier_steps
 from tuner.config import SloConfig
 
 
-def compare(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], cpu: bool) -> list[str]:
-    lines: list[str] = []
-    for name, data in real["windows"].items():
-        window = CapWindow(**data["window"])
-        requests = window_requests(window, profile, cpu)
+def capacity_lines(profile: GpuProfile, real: dict[str, Any], chosen: dict[str, dict], cpu: bool) -> list[str]:
+    """The comparison's lines: per window, the capacities, the latencies at the real one, the real steps."""
+
+    def window_lines(name: str, data: dict[str, Any], window: Window, requests: tuple) -> list[str]:
         runs = {cfg: run for cfg, run in data["configs"].items() if cfg in chosen and "capacity" in run}
         cut = {cfg: run["cut"] for cfg, run in data["configs"].items() if cfg in chosen and "capacity" not in run}
         sims = {cfg: sim_figures(engine_config(profile, chosen[cfg], cpu), profile, requests, slo_for(cpu),
                                  data["configs"][cfg]) for cfg in [*runs, *cut]}
-        lines += [f"### {name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s "
-                  f"({rate_rps(requests):.3f} req/s at x1)", "",
-                  *_capacity_table(runs, sims, rate_rps(requests)), "",
-                  *(_cut_line(cfg, replays, sims[cfg]) for cfg, replays in cut.items()),
-                  *([""] if cut else []),
-                  f"ranking by capacity, real: {_rank({k: real_capacity(v) for k, v in runs.items()})}",
-                  f"ranking by capacity, sim:  {_rank({k: sims[k].capacity for k in runs})}", "",
-                  f"At the real capacity: real median (min..max of {SPREAD_REPLAYS} whole replays) / simulated (error)",
-                  "", "| config | scale | " + " | ".join(POINT) + " |", "|" + "---|" * (2 + len(POINT)),
-                  *(_point_row(cfg, run, engine_config(profile, chosen[cfg], cpu), profile, requests)
-                    for cfg, run in runs.items() if run["point"]), ""]
+        reals = {cfg: real_capacity(run) for cfg, run in runs.items()}
+        lines = [*_capacity_table(runs, sims, rate_rps(requests)), "",
+                 *(_cut_line(cfg, replays, sims[cfg]) for cfg, replays in cut.items()),
+                 *([""] if cut else []),
+                 f"ranking by capacity, real: {ranking(reals, highest_first=True)}",
+                 f"ranking by capacity, sim:  {ranking({k: sims[k].capacity for k in runs}, highest_first=True)}", "",
+                 f"At the real capacity: real median (min..max of {SPREAD_REPLAYS} whole replays) / simulated (error)",
+                 "", "| config | scale | " + " | ".join(POINT) + " |", "|" + "---|" * (2 + len(POINT)),
+                 *(_point_row(cfg, run, engine_config(profile, chosen[cfg], cpu), profile, requests)
+                   for cfg, run in runs.items() if run["point"]), ""]
         rows = [r for run in data["configs"].values() for r in run.get("rows", [])]
         if rows:
             lines += [f"The real steps logged ({len(rows)}, after each warm-up) against the profile's prediction:", "",
                       *step_kinds(profile, rows), "", "The same one-tier steps by decode sequences in the step:", "",
                       *_ratio_table(_by_batch(profile, rows)), ""]
-    return lines
+        return lines
+
+    return compare(profile, real, cpu, CPU_REQUESTS, window_lines)
 
 
 def real_capacity(run: dict[str, Any]) -> float:
@@ -115,10 +108,11 @@ def _capacity_table(runs: dict[str, Any], sims: dict[str, SimFigures], rate: flo
         searches = [run, *run.get("earlier", [])]
         spread = ("; ".join(f"x{s['capacity']:.3f}" + ("" if s["upper"] is None else f" (fails x{s['upper']:.3f})")
                             for s in searches))
-        detail = " / ".join(f"x{b:.3f} ({_err(b, real_cap)})" for b in sim.band)
+        detail = " / ".join(f"x{b:.3f} ({relative_error(b, real_cap)})" for b in sim.band)
         lines.append(f"| {cfg} | {real_cap * rate:.3f} ({spread}) | {sim.capacity * rate:.3f} (x{sim.capacity:.3f}) "
                      f"| {_error(sim.capacity, run)} | {detail} "
-                     f"| x{sim.from_below:.3f} ({_err(sim.from_below, real_cap)}) | {_agreement(sim.verdicts)} "
+                     f"| x{sim.from_below:.3f} ({relative_error(sim.from_below, real_cap)}) "
+                     f"| {_agreement(sim.verdicts)} "
                      f"| {_probes(run['probes'])} |")
     return lines
 
@@ -127,8 +121,8 @@ def _error(sim: float, run: dict[str, Any]) -> str:
     """The simulated capacity's error against the real one; for a `--check` run, whose real capacity is only known
     to lie between its last pass and its first fail, the range of errors that bracket allows."""
     if "check" not in run or run["upper"] is None:
-        return _err(sim, real_capacity(run))
-    return f"{_err(sim, run['upper'])}..{_err(sim, run['capacity'])} (check)"
+        return relative_error(sim, real_capacity(run))
+    return f"{relative_error(sim, run['upper'])}..{relative_error(sim, run['capacity'])} (check)"
 
 
 def _agreement(verdicts: tuple[tuple[float, bool, bool], ...]) -> str:
@@ -204,8 +198,4 @@ def _probes(probes: list[dict]) -> str:
 def _point_cell(real: list[dict], sim: dict[str, float], metric: str) -> str:
     values = [m[metric] for m in real]
     med = statistics.median(values)
-    return f"{med:.4g} ({min(values):.4g}..{max(values):.4g}) / {sim[metric]:.4g} ({_err(sim[metric], med)})"
-
-
-def _rank(values: dict[str, float]) -> str:
-    return " > ".join(sorted(values, key=lambda k: -values[k]))
+    return f"{med:.4g} ({min(values):.4g}..{max(values):.4g}) / {sim[metric]:.4g} ({relative_error(sim[metric], med)})"

@@ -2,9 +2,9 @@
 
 Each measurement is what a re-measurement round does (one replay per probe, a start dithered near the
 first estimate, bisection to `--tol`); the spread between them is the noise the verdict's interval must
-absorb (tests/tuner/fakes.py models it as lognormal noise per replay).
+absorb (tuner/testing.py models it as lognormal noise per replay).
 
-    python experiments/capacity_noise.py --measurements 12 --ttft 0.3 --tpot 0.02 [--record]
+    python -m experiments.capacity_noise --measurements 12 --ttft 0.3 --tpot 0.02 [--record]
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import random
 import statistics
 import time
 
-from bench_decode import add_record_args, emit
-
+from experiments.record import add_record_args, emit
 from runtime import EngineConfig
 from tuner.config import ObjectiveName, SloConfig
 from tuner.traffic import SAMPLE_TRAFFIC, arrival_rate, load_traffic, select, split_windows

@@ -1,22 +1,13 @@
-"""The capacity experiment's windows and its simulated side (`sim_capacity.py`): the simulated search as a
-trial runs it, one window whole at a rate scale, a probe's verdict, and the capacity counted from below.
+"""The capacity experiment's simulated side (`sim_capacity`): the simulated search as a trial runs it, one window
+whole at a rate scale, a probe's verdict, and the capacity counted from below.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import NamedTuple
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from sim_accuracy import run_sim, trace_requests
-
-from runtime import EngineConfig, GpuProfile
-from runtime.sim import VirtualClock, sim_engine
+from experiments.sim_lab import run_sim
+from runtime import EngineConfig, GpuProfile, VirtualClock, sim_engine
 from tuner.config import ObjectiveName, SloConfig
-from tuner.traffic import rebase, select
+from tuner.traffic import rebase
 from tuner.trials.job import Measurement, MeasurePlan
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.metrics import summarize
@@ -29,28 +20,7 @@ SPREAD_REPLAYS = 3
 # every predicted step 3% shorter, then longer: how far a step-time error that small moves the simulated capacity
 # (the edge where one request of the window misses its SLO can move far more than 3%)
 SENSITIVITY = (0.97, 1.03)
-
-
-class CapWindow(NamedTuple):
-    trace: str
-    start_s: float
-    requests: int
-
-
-WINDOWS = {"azure": CapWindow("azure_llm_2023_code.csv", 1800.0, 120),
-           "mooncake": CapWindow("mooncake_fast25_synthetic_trace.jsonl", 300.0, 40),
-           # the same start, 100 requests: at attainment 0.99 one request may miss (the tuner warns below 100)
-           "mooncake100": CapWindow("mooncake_fast25_synthetic_trace.jsonl", 300.0, 100)}
-
-
-def window_requests(window: CapWindow, profile: GpuProfile, cpu: bool) -> tuple:
-    return select(trace_requests(window.trace, profile, cpu), start_s=window.start_s,
-                  max_requests=20 if cpu else window.requests)
-
-
-def rate_rps(requests) -> float:
-    """The window's arrival rate at x1 (a capacity scale times this is req/s)."""
-    return (len(requests) - 1) / max(requests[-1].arrival_s - requests[0].arrival_s, 1e-9)
+CPU_REQUESTS = 20  # of a window on --cpu
 
 
 def slo_for(cpu: bool) -> SloConfig:
@@ -83,6 +53,8 @@ def first_failure(config: EngineConfig, profile: GpuProfile, requests, slo: SloC
     that fails (0.0 when `top` / 2 fails). Where passing is not monotone in the rate (one short request of a
     small window meets its TPOT bound at some rates and not at others), a bisection finds whichever edge its
     path leads to; this finds the lowest."""
+    if top <= 0:  # nothing passed: no scale to count up from
+        return 0.0
     scale, last = top / 2, 0.0
     while scale <= top * 1.2 and sim_passes(config, profile, requests, slo, scale):
         last, scale = scale, scale * 1.01

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from bench_decode import copy_ceiling_tbs, time_ms
 
+from experiments.timing import copy_ceiling_tbs, time_ms
 from runtime.model.presets import preset_config
 
 

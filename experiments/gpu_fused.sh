@@ -7,9 +7,9 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee $OUT/gpu.txt
 python3 -m pytest -q -m gpu tests/kernels/test_kernel_gpu.py tests/runtime/test_gpu_runtime.py -s -p no:cacheprovider \
   > $OUT/gpu_tests.txt 2>&1; tail -n 25 $OUT/gpu_tests.txt
-(cd experiments && python3 bench_layers.py --record --results $OUT/RESULTS_layers.md) > $OUT/layers.txt 2>&1
+python3 -m experiments.bench_layers --record --results $OUT/RESULTS_layers.md > $OUT/layers.txt 2>&1
 tail -n 9 $OUT/layers.txt
-(cd experiments && python3 profile_step.py --record --results $OUT/RESULTS_step.md) > $OUT/step.txt 2>&1
+python3 -m experiments.profile_step --record --results $OUT/RESULTS_step.md > $OUT/step.txt 2>&1
 tail -n 32 $OUT/step.txt
-(cd experiments && python3 profile_e2e.py --record --results $OUT/RESULTS_profile.md) > $OUT/profile.txt 2>&1
+python3 -m experiments.profile_e2e --record --results $OUT/RESULTS_profile.md > $OUT/profile.txt 2>&1
 tail -n 4 $OUT/profile.txt

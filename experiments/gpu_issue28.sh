@@ -7,13 +7,12 @@ set -uo pipefail
 low=${1:-256}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whlmini/*.whl 2>&1 | tail -2
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-cd experiments
-python3 host_gap.py --model qwen2-7b --seqs 8 64 --steps 150 2>&1 | grep "^|" | tee "$OUT/host_gap.md"
-python3 bench_split_kv.py --model qwen2-7b 2>&1 | grep "^|" | tee "$OUT/split_qwen.md"
+python3 -m experiments.host_gap --model qwen2-7b --seqs 8 64 --steps 150 2>&1 | grep "^|" | tee "$OUT/host_gap.md"
+python3 -m experiments.bench_split_kv --model qwen2-7b 2>&1 | grep "^|" | tee "$OUT/split_qwen.md"
 for knobs in "{\"split_kv_min_len\": $low}" "{}"; do
   tag=$([ "$knobs" = "{}" ] && echo default || echo "split$low")
-  python3 bench_vs_vllm.py --model qwen2-7b --workloads azure-code --engines pagetune \
-    --trace ../.traces/azure_llm_2023_code.csv --out "$OUT/bench" --knobs "$knobs" --tag "$tag" 2>&1 \
+  python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --engines pagetune \
+    --trace .traces/azure_llm_2023_code.csv --out "$OUT/bench" --knobs "$knobs" --tag "$tag" 2>&1 \
     | grep -v -E "^\s*$|it/s\]" | tail -4
 done
 python3 -c "
@@ -24,5 +23,4 @@ for f in sorted(glob.glob('$OUT/bench/*.json')):
           'TTFT p50/p99 %.3f/%.3f TPOT p50/p99 %.1f/%.1f ms' % (o['ttft_p50_s'], o['ttft_p99_s'], 1e3*o['tpot_p50_s'], 1e3*o['tpot_p99_s']),
           'compiles', w.get('compiles'), o.get('compiles'), 'ttft top', o.get('ttft_top_s'))
 "
-cd ..
 python3 -m pytest -q tests/runtime/test_gpu_runtime.py -k "compiles" -p no:cacheprovider 2>&1 | tail -4

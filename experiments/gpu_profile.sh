@@ -7,10 +7,10 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee $OUT/gpu.txt
 if [ -z "$PROFILE_ONLY" ]; then
   python3 -m pytest -q -m gpu tests/kernels/test_kernel_gpu.py -p no:cacheprovider 2>&1 | tail -n 15 | tee $OUT/kernel_tests.txt
-  (cd experiments && python3 bench_decode.py --record --results $OUT/RESULTS_kernels.md) > $OUT/decode.txt 2>&1
-  (cd experiments && python3 bench_prefill.py --record --results $OUT/RESULTS_kernels.md) > $OUT/prefill.txt 2>&1
-  (cd experiments && python3 bench_sampler.py --record --results $OUT/RESULTS_sampler.md) > $OUT/sampler.txt 2>&1
+  python3 -m experiments.bench_decode --record --results $OUT/RESULTS_kernels.md > $OUT/decode.txt 2>&1
+  python3 -m experiments.bench_prefill --record --results $OUT/RESULTS_kernels.md > $OUT/prefill.txt 2>&1
+  python3 -m experiments.bench_sampler --record --results $OUT/RESULTS_sampler.md > $OUT/sampler.txt 2>&1
   tail -n 12 $OUT/sampler.txt
 fi
-(cd experiments && python3 profile_e2e.py --record --results $OUT/RESULTS_profile.md "$@") > $OUT/profile.txt 2>&1
+python3 -m experiments.profile_e2e --record --results $OUT/RESULTS_profile.md "$@" > $OUT/profile.txt 2>&1
 tail -n 30 $OUT/profile.txt

@@ -17,17 +17,17 @@ case "$1" in
   profile)
     python3 -m runtime.profile model="$2" out="$OUT/h200-$2.json" budget_s=${BUDGET_S:-420} 2>&1 | tee "$OUT/profile-$2.txt" ;;
   accuracy)  # both windows (Azure code, Mooncake) in one process: the measurements, then the comparison
-    python3 experiments/sim_accuracy.py --profile conf/profiles/h200-llama-3-8b.json --real-out "$OUT/real.json" \
+    python3 -m experiments.sim_accuracy --profile conf/profiles/h200-llama-3-8b.json --real-out "$OUT/real.json" \
       --out-md "$OUT/sim_accuracy.md" --refit-out "$OUT/h200-llama-3-8b.refit.json" 2>&1 | tee "$OUT/sim_accuracy.txt" ;;
   capacity)  # one window: real capacity searches from the simulated ones (BUDGET_S: start no config but the first after it)
-    python3 experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows "$2" --only "$3" \
+    python3 -m experiments.sim_capacity --profile conf/profiles/h200-llama-3-8b.json --windows "$2" --only "$3" \
       --budget-s ${BUDGET_S:-380} ${START:+--start "$START"} ${CHECK:+--check "$CHECK"} --real-out "$OUT/capacity-$2.json" --out-md "$OUT/sim_capacity-$2.md" 2>&1 \
       | tee "$OUT/sim_capacity-$2.txt" ;;
   short-chunks)
-    python3 experiments/bench_short_chunks.py --record --results "$OUT/RESULTS_short_chunks.md" 2>&1 \
+    python3 -m experiments.bench_short_chunks --record --results "$OUT/RESULTS_short_chunks.md" 2>&1 \
       | tee "$OUT/bench_short_chunks.txt" ;;
   prefill-paths)
-    python3 experiments/bench_prefill_paths.py --record --results "$OUT/RESULTS_prefill_paths.md" 2>&1 \
+    python3 -m experiments.bench_prefill_paths --record --results "$OUT/RESULTS_prefill_paths.md" 2>&1 \
       | tee "$OUT/bench_prefill_paths.txt" ;;
   *) echo "usage: $0 profile MODEL | accuracy | capacity WINDOW CONFIGS | short-chunks | prefill-paths" >&2; exit 2 ;;
 esac

@@ -21,7 +21,7 @@ traces=${TRACES:-$PWD/.traces}
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/vsite:/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 model=/tmp/vllm-llama-3-8b
-[ -f $model/tokenizer.json ] || python3 experiments/vllm_model_dir.py llama-3-8b $model || exit 1
+[ -f $model/tokenizer.json ] || python3 -m experiments.vllm_model_dir llama-3-8b $model || exit 1
 dir=/tmp/study-$name
 mkdir -p $dir
 root=$PWD

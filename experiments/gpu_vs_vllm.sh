@@ -18,5 +18,5 @@ if [ ! -d /tmp/vsite/vllm ]; then
 fi
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
-cd experiments && python3 bench_vs_vllm.py --model "$model" --workloads "$workloads" --trace ../.traces/azure_llm_2023_code.csv \
+python3 -m experiments.bench_vs_vllm --model "$model" --workloads "$workloads" --trace .traces/azure_llm_2023_code.csv \
   --out "$out/bench" "$@" 2>&1 | grep -v -E "^\s*$|it/s\]|Capturing|Processed prompts" | tee "$out/bench.log" | tail -60

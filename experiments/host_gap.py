@@ -1,6 +1,6 @@
 """Where a decode step's host time goes on the GPU machine: the work the GPU waits on between two steps.
 
-    python experiments/host_gap.py [--model qwen2-7b] [--seqs 8 64] [--steps 200]
+    python -m experiments.host_gap [--model qwen2-7b] [--seqs 8 64] [--steps 200]
 
 For each batch size, `--seqs` requests of `--prompt-len` random tokens are prefilled, then `--steps` pure
 decode steps (CUDA graphs, as served) are timed piece by piece with perf_counter (medians, ms):

@@ -9,22 +9,22 @@ Runs a bench_e2e workload once per configuration and splits every engine step in
 grouped by step kind (pure decode on a CUDA graph, pure decode eager, steps with prefill).
 A step's GPU time hides behind `execute` + `sample`; the host-only share is schedule + rest.
 
-    python experiments/profile_e2e.py [--workload mixed] [--budgets 8192,16384] [--record]
+    python -m experiments.profile_e2e [--workload mixed] [--budgets 8192,16384] [--record]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import time
 from collections import defaultdict
 from typing import Any
 
 import torch
-from bench_decode import add_record_args, header, record, time_phase
-from bench_e2e import sync, warm_up_prompts, workload
 
-from runtime import LLM, SamplingParams
+from experiments.bench_e2e import free_device, timed_generate, warmed_llm, workload
+from experiments.record import add_record_args, header, record
+from experiments.timing import time_phase
+from runtime import LLM
 from runtime.model.presets import preset_config
 
 PHASES = ("schedule", "execute", "sample")
@@ -85,22 +85,12 @@ class StepClock:
 
 
 def profile(model: str, prompts, outs, **knobs: Any) -> tuple[float, int, list[dict[str, Any]]]:
-    llm = LLM(model=model, **knobs)
-    llm.generate(warm_up_prompts(prompts), SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
-                 use_tqdm=False)
+    llm = warmed_llm(model, prompts, **knobs)
     clock = StepClock(llm)
-    params = [SamplingParams(max_tokens=o, temperature=0.0, ignore_eos=True) for o in outs]
-    sync()
-    start = time.perf_counter()
-    results = llm.generate(prompts, params, use_tqdm=False)
-    sync()
-    seconds = time.perf_counter() - start
-    tokens = sum(len(r.outputs[0].token_ids) for r in results)
+    seconds, tokens = timed_generate(llm, prompts, outs)
     rows = clock.table()
-    del llm, clock, results  # the clock's wrappers hold the engine: drop both before the next model
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    del llm, clock  # the clock's wrappers hold the engine: drop both before the next model
+    free_device()
     return seconds, tokens, rows
 
 

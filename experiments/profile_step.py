@@ -7,7 +7,7 @@ it serves (decode steps replay CUDA graphs). Prints, per step kind, the CUDA tim
 kernels and of each kind of kernel (GEMM, attention, norm, ...), next to the step's wall time, and the
 bandwidth floor of the step's weight reads.
 
-    python experiments/profile_step.py [--model qwen2-7b] [--seqs 8] [--prompt-len 1800] [--graphs] [--record]
+    python -m experiments.profile_step [--model qwen2-7b] [--seqs 8] [--prompt-len 1800] [--graphs] [--record]
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import argparse
 import time
 
 import torch
-from bench_decode import add_record_args, header, record
 from torch.profiler import ProfilerActivity, profile
 
+from experiments.record import add_record_args, header, record
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
 

@@ -6,7 +6,7 @@ mean KL, task score, sampling TV and the verdict with the default thresholds, pl
 changed. Part 2 (`--paths`, CUDA only): on 32 real prompts x 64 greedy tokens, the Triton path against the
 torch path and CUDA graphs against eager: greedy agreement and first-token KL.
 
-    python experiments/quality_calibration.py [--device cpu --dtype float32] [--paths] [--record]
+    python -m experiments.quality_calibration [--device cpu --dtype float32] [--paths] [--record]
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import argparse
 import time
 
 import torch
-from bench_decode import add_record_args, emit
 
+from experiments.record import add_record_args, emit
 from runtime import EngineConfig, WeightCache, load_tokenizer
 from tuner.config import QualityConfig
 from tuner.trials.probes import TASKS, TEXTS

@@ -4,7 +4,7 @@ refitted (`runtime.refit_profile`) with the real steps that H200 runs logged.
     # conf/profiles/h200-llama-3-8b.json as shipped: the measured profile and every step the capacity replays
     # logged with every prefill chunk on flash, then a tier's cost from the real steps timed over two tiers
     H=experiments/results/h200-sim
-    python experiments/refit_profile.py --profile $H/h200-llama-3-8b.measured.json --rows \
+    python -m experiments.refit_profile --profile $H/h200-llama-3-8b.measured.json --rows \
         $H/real-mooncake40-base-1.json $H/real-mooncake40-small-budget-few-seqs.json \
         $H/real-mooncake40-no-graphs-1.json $H/real-azure-base.json \
         $H/real-azure-small-budget-few-seqs-block-32-no-graphs.json $H/real-azure-tiers-1.json \
@@ -25,10 +25,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from runtime import GpuProfile, refit_profile, save_profile
-from runtime.sim import load_profile
+from runtime import GpuProfile, load_profile, refit_profile, save_profile
 from runtime.sim.refit import tier_steps
 from runtime.sim.stepmodel import fit_tier_cost
 

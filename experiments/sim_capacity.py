@@ -1,18 +1,18 @@
 """Capacity, the tuner's objective, simulated and real, per config: issue 12's first accuracy target.
 
     # on the GPU (~8 min a trace): the simulated capacity first, then the real search, started independently
-    python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows azure \
+    python -m experiments.sim_capacity --profile conf/profiles/h200-llama-3-8b.json --windows azure \
         --real-out $OUT/capacity-azure.json --budget-s 480
     # anywhere, from a GPU run's measurements (the simulation is CPU work): compare again
-    python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows azure \
+    python -m experiments.sim_capacity --profile conf/profiles/h200-llama-3-8b.json --windows azure \
         --real-in experiments/results/h200-sim/real-azure-base.json \
         experiments/results/h200-sim/real-azure-tiers-1.json \
         --record    # several files: merged by window and config, a later file's config replacing an earlier one's
     #             (a finished search it replaces is kept beside it: the real capacity is their mean)
     # the simulated verdict at every 0.5% step around each capacity (is passing monotone in the rate?)
-    python experiments/sim_capacity.py --profile conf/profiles/h200-llama-3-8b.json --windows mooncake --sim-only --scan
+    python -m experiments.sim_capacity --profile conf/profiles/h200-llama-3-8b.json --windows mooncake --sim-only --scan
     # on a CPU, the tiny model against a small-grid profile made on the spot (mechanics only):
-    python experiments/sim_capacity.py --cpu
+    python -m experiments.sim_capacity --cpu
 
 Capacity is measured exactly as a trial measures it (`tuner.trials.measure`, the default SLO: TTFT 2 s,
 TPOT 0.1 s, attainment 0.99): the highest rate scale of the window whose probe passes. The simulated
@@ -47,44 +47,35 @@ figures here are in-sample; experiments/RESULTS.md has the held-out cross-window
 from __future__ import annotations
 
 import argparse
-import gc
-import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_decode import add_record_args, emit
-from capacity_compare import compare
-from capacity_sim import (
+from experiments.capacity_compare import capacity_lines
+from experiments.capacity_sim import (
+    CPU_REQUESTS,
     ORDER,
     POINT,
     SPREAD_REPLAYS,
-    WINDOWS,
-    CapWindow,
     quiet,
-    rate_rps,
     sim_capacity,
     sim_passes,
     sim_point,
     slo_for,
-    window_requests,
 )
-from sim_accuracy import _cpu_profile, configs, engine_config, load_real_model, real_runs
-
-from runtime import EngineConfig, GpuProfile
-from runtime.sim import load_profile
+from experiments.record import add_record_args, emit
+from experiments.sim_lab import configs, cpu_profile, engine_config, measure_real, real_runs
+from experiments.windows import CAPACITY_WINDOWS, Window, rate_rps, window_requests
+from runtime import EngineConfig, GpuProfile, LLMEngine, StepLog, load_profile
 from tuner.config import ObjectiveName, SloConfig
 from tuner.traffic import rebase
 from tuner.trials.job import MeasurePlan, ReplaySummary
 from tuner.trials.measure import WindowReplayer, measure
 from tuner.trials.metrics import summarize
+from tuner.trials.replay import ReplayClock
 from tuner.trials.replayer import engine_replay
 
 
@@ -107,74 +98,43 @@ def check_plan(sim: float, within: float, slo: SloConfig) -> MeasurePlan:
 
 
 # ---- the real runs (a GPU, or --cpu) ------------------------------------------------------------------------
-def measure_real(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool,
-                 budget_s: float, save: Path | None, starts: dict[str, float] | None = None,
-                 check: float | None = None) -> dict[str, Any]:
-    """Per window and config: the simulated capacity, the real search from there (or from `starts[cfg]`; with
-    `check`, the two-probe check of `check_plan`), the replays at the real capacity; written to `save` after
-    every replay. No config but the first is started past `budget_s` (counted from the model's load)."""
-    import torch
+def capacity_run(profile: GpuProfile, slo: SloConfig, starts: dict[str, float], check: float | None):
+    """Each config's real run: the simulated capacity, the real search (from `starts[cfg]`, else from the window's
+    own rate; with `check`, the two-probe check of `check_plan`), the replays at the real capacity. Every replay
+    is kept under the config's `cut` (and its steps under `rows`) as it is made, and the file saved."""
 
-    model, slo = load_real_model(profile, cpu), slo_for(cpu)
-    began, started = time.perf_counter(), 0
-    out: dict[str, Any] = {"created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "windows": {}}
-    for name, window in windows.items():
-        requests = window_requests(window, profile, cpu)
-        runs: dict[str, Any] = {}
-        out["windows"][name] = {"window": window._asdict(), "requests": len(requests),
-                                "rate_rps": rate_rps(requests), "configs": runs}
-        print(f"{name}: {len(requests)} requests of {window.trace} from {window.start_s:g} s "
-              f"({rate_rps(requests):.3f} req/s at x1)", flush=True)
-        for cfg, knobs in chosen.items():
-            if started and time.perf_counter() - began > budget_s:
-                print(f"  {cfg}: not started (past --budget-s {budget_s:g})", flush=True)
-                continue
-            start, started = time.perf_counter(), started + 1
-            config = engine_config(profile, knobs, cpu)
-            sim = sim_capacity(config, profile, requests, slo)
-            plan = (check_plan(sim.values[0], check, slo) if check is not None
-                    else independent_plan((starts or {}).get(cfg), slo))
-            meta = {"sim_capacity": sim.values[0], "start": plan.start_scale,
-                    **({} if check is None else {"check": check})}
-            cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
-            rows: list[list] = []  # and the steps they logged
-            runs[cfg] = {"cut": cut, "rows": rows, **meta}
-            runs[cfg] = {**_real_search(config, model, requests, plan, _recorder(cut, rows, save, out)), **meta}
-            upper = runs[cfg]["upper"]
-            print(f"  {cfg}: sim x{sim.values[0]:.3f}, real x{runs[cfg]['capacity']:.3f} (fails at "
-                  f"{'-' if upper is None else f'x{upper:.3f}'}), {time.perf_counter() - start:.0f} s", flush=True)
-            _write(save, out)
-            gc.collect()  # the KV pool goes before the next config's engine plans its own
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-    return out
+    def run(cfg: str, config: EngineConfig, model, requests, record: dict[str, Any], save: Callable[[], None]) -> str:
+        sim = sim_capacity(config, profile, requests, slo)
+        plan = check_plan(sim.values[0], check, slo) if check is not None else independent_plan(starts.get(cfg), slo)
+        meta = {"sim_capacity": sim.values[0], "start": plan.start_scale, **({} if check is None else {"check": check})}
+        cut: list[dict] = []  # the search's replays so far: what a call cut by its time limit keeps
+        rows: list[list] = []  # and the steps they logged
+        record["configs"][cfg] = {"cut": cut, "rows": rows, **meta}
+        found = _real_search(config, model, requests, plan, _recorder(cut, rows, save))
+        record["configs"][cfg] = {**found, **meta}
+        upper = found["upper"]
+        return (f"sim x{sim.values[0]:.3f}, real x{found['capacity']:.3f} (fails at "
+                f"{'-' if upper is None else f'x{upper:.3f}'})")
+
+    return run
 
 
-def _recorder(cut: list[dict], rows: list[list], save: Path | None,
-              out: dict[str, Any]) -> Callable[[dict, list], None]:
+def _recorder(cut: list[dict], rows: list[list], save: Callable[[], None]) -> Callable[[dict, list], None]:
     """Each replay into `cut` and the steps it logged into `rows` (the log only grows once the search has
     started), then the whole file rewritten."""
 
     def record(summary: dict, logged: list) -> None:
         cut.append(summary)
         rows.extend(list(r) for r in logged[len(rows):])
-        _write(save, out)
+        save()
 
     return record
-
-
-def _write(save: Path | None, out: dict[str, Any]) -> None:
-    if save is not None:
-        save.write_text(json.dumps(out) + "\n", encoding="utf-8")
 
 
 def _real_search(config: EngineConfig, model, requests, plan: MeasurePlan,
                  on_replay: Callable[[dict, list], None]) -> dict[str, Any]:
     """The real search `plan` runs; `on_replay` gets each measured replay's scale, attainment and busy time,
     and the steps logged so far."""
-    from runtime import LLMEngine, StepLog
-    from tuner.trials.replay import ReplayClock
-
     clock = ReplayClock()
     engine = LLMEngine(config, clock=clock, model=model)
     log = StepLog(engine)  # every step after the warm-up, to check a refit on steps it never saw
@@ -225,21 +185,22 @@ def main() -> int:
     p.add_argument("--sim-only", action="store_true", help="only the simulated capacities (CPU), no real runs")
     add_record_args(p)
     a = p.parse_args()
-    profile_path = a.profile or _cpu_profile(a.cpu)
+    profile_path = a.profile or cpu_profile(a.cpu)
     profile = load_profile(profile_path)
     every = configs(a.cpu)
     names = a.only.split(",") if a.only else list(ORDER)
     chosen = {k: every[k] for k in names}
-    windows = {k: WINDOWS[k] for k in a.windows.split(",")}
+    windows = {k: CAPACITY_WINDOWS[k] for k in a.windows.split(",")}
     if a.sim_only:
         return _sim_only(profile, windows, chosen, a.cpu, a.scan)
     starts = parse_starts(a.start, chosen)
     if starts and a.check is not None:
         raise SystemExit("--start and --check: a check starts at the simulated capacity / (1 + WITHIN); give one")
-    real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, a.budget_s, save, starts,
-                                                  a.check))
+    run = capacity_run(profile, slo_for(a.cpu), starts, a.check)
+    real = real_runs(a, lambda save: measure_real(profile, windows, chosen, a.cpu, CPU_REQUESTS, save, run,
+                                                  a.budget_s))
     print(f"profile {profile.label} ({profile_path})", flush=True)
-    lines = compare(profile, real, chosen, a.cpu)
+    lines = capacity_lines(profile, real, chosen, a.cpu)
     emit("\n".join(lines), a, f"Capacity simulated vs real ({profile.label}; the real runs: {real['created']})")
     if a.out_md:
         Path(a.out_md).write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -264,11 +225,11 @@ def parse_starts(text: str | None, chosen: dict[str, dict]) -> dict[str, float]:
     return starts
 
 
-def _sim_only(profile: GpuProfile, windows: dict[str, CapWindow], chosen: dict[str, dict], cpu: bool,
+def _sim_only(profile: GpuProfile, windows: dict[str, Window], chosen: dict[str, dict], cpu: bool,
               scan: bool) -> int:
     """The simulated capacities and what the real search would replay (simulated busy seconds)."""
     for name, window in windows.items():
-        requests = window_requests(window, profile, cpu)
+        requests = window_requests(window, profile, cpu, CPU_REQUESTS)
         print(f"{name}: {len(requests)} requests, {rate_rps(requests):.3f} req/s at x1")
         for cfg, knobs in chosen.items():
             config = engine_config(profile, knobs, cpu)

@@ -1,9 +1,9 @@
 """How long a simulated study takes: N trials of `executor=sim` on the full hour of a trace, on this machine.
 
-    python experiments/sim_scale.py --profile conf/profiles/h200-llama-3-8b.json --trials 200
-    python experiments/sim_scale.py --profile conf/profiles/h200-llama-3-8b.json --trials 200 --workers 2
-    python experiments/sim_scale.py --illustrative --trials 200     # before any profile ships (see below)
-    python experiments/sim_scale.py --illustrative --replay 1       # one replay of the whole trace at x1
+    python -m experiments.sim_scale --profile conf/profiles/h200-llama-3-8b.json --trials 200
+    python -m experiments.sim_scale --profile conf/profiles/h200-llama-3-8b.json --trials 200 --workers 2
+    python -m experiments.sim_scale --illustrative --trials 200     # before any profile ships (see below)
+    python -m experiments.sim_scale --illustrative --replay 1       # one replay of the whole trace at x1
 
 `--replay SCALE` times one replay of the whole trace through the simulated engine (the baseline runtime
 config) and prints its wall time, its steps (and the cost of one) and the simulated busy time. Otherwise
@@ -27,13 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import optuna
+
+from runtime import GpuProfile, load_profile, model_info, save_profile
+from runtime.sim.profile_file import ActivationFit, DeviceRecord
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import optuna  # noqa: E402
-
-from runtime import GpuProfile, load_profile, model_info, save_profile  # noqa: E402
-from runtime.sim.profile_file import ActivationFit, DeviceRecord  # noqa: E402
 
 # Made-up, plausible magnitudes for an 8B model on a large GPU: 6 ms a step, 15 us a prefill token, 40 us a
 # decode row, 15 ns per decode context token. Not a measurement.

@@ -1,27 +1,24 @@
-"""How often the verdict says "improved", on an executor whose truth is known (tests/tuner/fakes.py).
+"""How often the verdict says "improved", on an executor whose truth is known (tuner/testing.py).
 
 Each study is the real search, pruner, finalists, interval and verdict over a fake executor: every
 replay's capacity is the config's true capacity times exp(N(0, noise)). A/A (better = 1.0: every config
 equal) gives the false-positive rate; better = 1.2 (one knob value 20% better) gives the power.
 
-    python experiments/verdict_power.py --studies 200 --noise 0.08 --better 1.0 1.2 --proof-rounds 4 6 8 [--record]
+    python -m experiments.verdict_power --studies 200 --noise 0.08 --better 1.0 1.2 --proof-rounds 4 6 8 [--record]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.tuner.fakes: in the repository, not the package
-
 import optuna
-from bench_decode import add_record_args, emit
 
-from tests.tuner.fakes import FakeExecutor, run_fake_study
+from experiments.record import add_record_args, emit
+from tuner.testing import FakeExecutor, run_fake_study
 
 
 def rate(studies: int, noise: float, better: float, proof_rounds: int) -> tuple[int, int, float]:

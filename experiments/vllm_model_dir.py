@@ -1,7 +1,7 @@
 """A model folder `vllm serve` loads with random weights (`load_format: dummy`) in the shape of one of the runtime's
 presets, with a tokenizer of the preset's vocabulary size, so vLLM streams text for token-id prompts.
 
-    python experiments/vllm_model_dir.py llama-3-8b /tmp/vllm-llama-3-8b
+    python -m experiments.vllm_model_dir llama-3-8b /tmp/vllm-llama-3-8b
 
 The folder holds config.json (the preset's shape, bf16, its architecture) and a word-level tokenizer in which id
 N is the word `<tN>`: every id of the vocabulary decodes to a non-empty piece of text, none is special (an EOS

@@ -5,7 +5,7 @@ the table gives each replay's busy time and the first one against the median of 
 the warm-up the first replay pays for kernel compilation and first-call setup; with it (the first
 requests replayed at once and discarded) it should not.
 
-    python experiments/warmup_penalty.py --model tiny --requests 96 --repeats 6 [--record]
+    python -m experiments.warmup_penalty --model tiny --requests 96 --repeats 6 [--record]
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from bench_decode import add_record_args, emit
-
+from experiments.record import add_record_args, emit
 from runtime import EngineConfig
 from tuner.config import ObjectiveName, SloConfig
 from tuner.traffic import SAMPLE_TRAFFIC, load_traffic, select

@@ -87,7 +87,8 @@ class LLMEngine:
             self.kv, max_num_seqs=config.scheduler.max_num_seqs,
             max_num_batched_tokens=backend.max_num_batched_tokens,
             chunked_prefill=config.scheduler.enable_chunked_prefill,
-            preemption_mode=config.scheduler.preemption_mode, policy=config.scheduler.policy)
+            preemption_mode=config.scheduler.preemption_mode, policy=config.scheduler.policy,
+            eos_ids=backend.eos_ids, max_model_len=backend.max_model_len)
         self.runner = backend.make_runner(self.kv)
         self.sampler = backend.sampler
         self.requests: dict[str, Request] = {}
@@ -97,7 +98,6 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()
         self._seq_ids = itertools.count()
         self._seeds = itertools.count(config.seed * 1_000_003)
-        self.eos_ids = backend.eos_ids
 
     def reset(self) -> None:
         """Abort everything and forget it: an empty KV pool and prefix cache, fresh totals and seeds.
@@ -191,12 +191,8 @@ class LLMEngine:
         return outputs
 
     def _postprocess(self, sched: SchedulerOutput, logits: Any) -> list[RequestOutput]:
-        groups: list[list[Sequence]] = []
-        for item in sched.scheduled:
-            item.seq.num_computed_tokens += item.num_new_tokens
-            self.kv.commit(item.seq)
-            if item.sample:
-                groups.append(self._fork(item.seq) if self._needs_fork(item.seq) else [item.seq])
+        """The step's tokens sampled and handed to the scheduler's state; the outputs this step reports."""
+        groups = [self._fork(seq) if self._needs_fork(seq) else [seq] for seq in self.scheduler.update_computed(sched)]
         rows = [[(s.seq_id, s.seed, s.request.params) for s in group] for group in groups]
         if self.logprobs is not None:
             for group, row in zip(groups, logits.log_softmax(-1).cpu()):
@@ -207,12 +203,18 @@ class LLMEngine:
         else:
             sampled = self.sampler.sample(logits, rows)  # host lists: the step's device work is done
         now = self.clock()
+        pairs = [(seq, token) for group, tokens in zip(groups, sampled) for seq, token in zip(group, tokens)]
+        update = self.scheduler.update_from_output(pairs, now, self._hits_stop_string)
+        for seq in update.finished:
+            self.sampler.forget(seq.seq_id)
         reported: dict[str, Request] = {}  # requests this step reports: finished ones, and every CUMULATIVE one
-        for group, tokens in zip(groups, sampled):
-            for seq, token in zip(group, tokens):
-                req = seq.request
-                if self._append(seq, token, now) or req.params.output_kind is RequestOutputKind.CUMULATIVE:
-                    reported[req.request_id] = req
+        for seq, _ in pairs:
+            req = seq.request
+            if seq.seq_id in update.closing:
+                self._close(req, now)
+                reported[req.request_id] = req
+            elif req.params.output_kind is RequestOutputKind.CUMULATIVE:
+                reported[req.request_id] = req
         return [self._output(req) for req in reported.values()]
 
     @staticmethod
@@ -238,28 +240,11 @@ class LLMEngine:
             group.append(child)
         return group
 
-    def _append(self, seq: Sequence, token: int, now: float) -> bool:
-        """Add a sampled token to `seq`, retiring it at a stop; True when that finished its request."""
-        req, params = seq.request, seq.request.params
-        seq.token_ids.append(token)
-        if seq.index == 0:
-            req.metrics.token_times.append(now)
-            if req.metrics.first_token_time is None:
-                req.metrics.first_token_time = now
-        stop_token = (token in self.eos_ids and not params.ignore_eos) or token in params.stop_token_ids
-        if stop_token or (params.stop and self._hits_stop_string(seq)):  # stop strings: only where params have them
-            seq.finish_reason = "stop"
-        elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
-            seq.finish_reason = "length"
-        if seq.finish_reason is None:
-            return False
-        self._retire(seq)
-        if not req.finished:
-            return False
+    def _close(self, req: Request, now: float) -> None:
+        """A request whose last sample finished at `now` leaves the engine."""
         req.metrics.finished_time = now
         self.requests.pop(req.request_id, None)
         self._logprob_requests.discard(req.request_id)
-        return True
 
     def _retire(self, seq: Sequence) -> None:
         self.scheduler.remove(seq)
@@ -313,7 +298,7 @@ class LLMEngine:
         return [s for r in self.requests.values() for s in r.seqs if s.status is not SeqStatus.FINISHED]
 
     def check_integrity(self) -> None:
-        check_integrity(self.kv, (s.seq_id for s in self.live_sequences()))
+        check_integrity(self.kv, self.live_sequences())
 
     def _record(self, sched: SchedulerOutput) -> None:
         usage = self.kv.usage(self.scheduler.running)

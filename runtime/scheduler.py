@@ -11,11 +11,17 @@ behind; a prefix-cache hit starts a sequence with tokens already computed. Order
 
 When blocks run out the newest running sequence is preempted (recompute: drop its blocks and
 start over from the waiting queue; swap: move its blocks to the CPU pool).
+
+After the step the scheduler's state catches up with what ran (as vLLM v1's `update_from_output`): the engine
+calls `update_computed` once the forward ran (computed tokens, prefix-cache commits: the sequences that sample),
+then `update_from_output` with the sampled tokens (appended, timestamped, stop conditions; finished
+sequences leave and free their blocks).
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,10 +50,22 @@ class SchedulerOutput:
         return not self.scheduled and not self.swap_out
 
 
+class StepUpdate(NamedTuple):
+    """What `update_from_output` did to the sampled sequences."""
+
+    finished: list[Sequence]  # those that stopped this step, in order; they left the scheduler
+    closing: set[int]  # seq ids among them whose finish finished their request (its last sample)
+
+
 class Scheduler:
     def __init__(self, kv: KVCacheManager, *, max_num_seqs: int, max_num_batched_tokens: int,
-                 chunked_prefill: bool, preemption_mode: str, policy: str = "fcfs") -> None:
+                 chunked_prefill: bool, preemption_mode: str, policy: str = "fcfs",
+                 eos_ids: frozenset[int] = frozenset(), max_model_len: int | None = None) -> None:
+        """`eos_ids` stop a sample (unless its params ignore EOS); `max_model_len` (None: no cap) ends one at
+        that many tokens."""
         self.kv = kv
+        self.eos_ids = eos_ids
+        self.max_model_len = max_model_len
         # fcfs: arrival order; priority: lower `priority` first, then arrival.
         self.key = _fcfs_key if policy == "fcfs" else _priority_key
         self.max_num_seqs = max_num_seqs
@@ -78,6 +96,49 @@ class Scheduler:
                 queue.remove(seq)
         self.kv.free(seq)
         seq.status = SeqStatus.FINISHED
+
+    # ---- after the step ------------------------------------------------------------------------
+    def update_computed(self, out: SchedulerOutput) -> list[Sequence]:
+        """The forward of `out` ran: each scheduled sequence's computed tokens catch up by what it ran, and its
+        newly full blocks enter the prefix cache (in schedule order). Returns the sequences that sample."""
+        sampling = []
+        for item in out.scheduled:
+            item.seq.num_computed_tokens += item.num_new_tokens
+            self.kv.commit(item.seq)
+            if item.sample:
+                sampling.append(item.seq)
+        return sampling
+
+    def update_from_output(self, sampled: Iterable[tuple[Sequence, int]], now: float,
+                           text_stops: Callable[[Sequence], bool]) -> StepUpdate:
+        """Each sampled token appended to its sequence (sample 0 stamps the token's time `now`); a sequence
+        stops at an EOS or stop token, at a stop string (`text_stops`, asked only where its params have some),
+        at max_tokens or at `max_model_len`, and leaves the scheduler with its blocks freed."""
+        finished: list[Sequence] = []
+        closing: set[int] = set()
+        for seq, token in sampled:
+            if self._append(seq, token, now, text_stops):
+                self.remove(seq)
+                finished.append(seq)
+                if seq.request.finished:
+                    closing.add(seq.seq_id)
+        return StepUpdate(finished, closing)
+
+    def _append(self, seq: Sequence, token: int, now: float, text_stops: Callable[[Sequence], bool]) -> bool:
+        """Add `token` to `seq`; True when that stops it (its `finish_reason` set)."""
+        req, params = seq.request, seq.request.params
+        seq.token_ids.append(token)
+        if seq.index == 0:
+            req.metrics.token_times.append(now)
+            if req.metrics.first_token_time is None:
+                req.metrics.first_token_time = now
+        stop_token = (token in self.eos_ids and not params.ignore_eos) or token in params.stop_token_ids
+        if stop_token or (params.stop and text_stops(seq)):  # stop strings: only where params have them
+            seq.finish_reason = "stop"
+        elif seq.num_output_tokens >= params.max_tokens or (
+                self.max_model_len is not None and seq.num_tokens >= self.max_model_len):
+            seq.finish_reason = "length"
+        return seq.finish_reason is not None
 
     def schedule(self) -> SchedulerOutput:
         step = _Step(self.budget)

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 
 
 def chain_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
-    """Hash of a full block given its parent's hash; Python hashes tuples of ints without salt."""
-    return hash((parent, tokens))
+    """Hash of a full block given its parent's hash (None: the first block), the same in every process.
+
+    Python's hash of ints and tuples of ints takes no salt (PYTHONHASHSEED salts str and bytes only), but
+    `hash(None)` is its address before Python 3.12: the first block hashes its tokens alone."""
+    return hash(tokens if parent is None else (parent, tokens))
 
 
 @dataclass(slots=True)  # slots: read and written for every block a request takes
@@ -38,7 +41,6 @@ class BlockPool:
         self.meta = [BlockMeta() for _ in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[int, int] = {}  # hash -> block id
-        self.num_evictions = 0
 
     @property
     def num_free(self) -> int:
@@ -62,17 +64,14 @@ class BlockPool:
         Precondition: `n <= num_free`."""
         pop, meta, cached = self.free_queue.popitem, self.meta, self.cached
         block_ids = []
-        evicted = 0
         for _ in range(n):
             block_id = pop(False)[0]  # the LRU end (last=False, passed by position: cheaper)
             m = meta[block_id]
             if m.hash is not None:
                 del cached[m.hash]
                 m.hash = m.tokens = None
-                evicted += 1
             m.ref_count = 1
             block_ids.append(block_id)
-        self.num_evictions += evicted
         return block_ids
 
     def find_cached(self, block_hash: int, tokens: tuple[int, ...]) -> int | None:
@@ -103,12 +102,9 @@ class BlockPool:
             if m.ref_count == 0:
                 free_queue[block_id] = None
 
-    def register(self, block_id: int, block_hash: int, tokens: tuple[int, ...]) -> None:
-        """Make a full block findable by hash; a hash already cached keeps its first block."""
-        self.register_many(((block_id, block_hash, tokens),))
-
     def register_many(self, blocks: Iterable[tuple[int, int, tuple[int, ...]]]) -> None:
-        """`register` each (block id, hash, tokens), in order (one loop: a prompt fills hundreds at once)."""
+        """Make each full block (block id, hash, tokens) findable by hash, in order (one loop: a prompt fills
+        hundreds at once); a hash already cached keeps its first block, a block its first hash."""
         if not self.enable_caching:
             return
         meta, cached = self.meta, self.cached
@@ -120,9 +116,3 @@ class BlockPool:
 
     def ref_count(self, block_id: int) -> int:
         return self.meta[block_id].ref_count
-
-    def reset_cache(self) -> None:
-        """Forget every cached hash (free blocks stay free)."""
-        for meta in self.meta:
-            meta.hash, meta.tokens = None, None
-        self.cached.clear()

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from runtime.kv.block_pool import BlockPool
 from runtime.kv.manager import KVCacheManager
+from runtime.sequence import Sequence
 
 
 class IntegrityError(AssertionError):
@@ -36,20 +37,15 @@ def pool_problems(pool: BlockPool, refs: Counter[int], name: str) -> list[str]:
     return problems
 
 
-def check_integrity(manager: KVCacheManager, live_seq_ids: Iterable[int]) -> None:
-    """Raise IntegrityError unless every invariant holds for the sequences still alive."""
-    live = set(live_seq_ids)
-    problems = [f"leaked table of finished sequence {s}" for s in set(manager.tables) - live]
-    problems += [f"leaked swap table of finished sequence {s}" for s in set(manager.cpu_tables) - live]
+def check_integrity(manager: KVCacheManager, live: Iterable[Sequence]) -> None:
+    """Raise IntegrityError unless every invariant holds for the sequences still alive (each one's tier says
+    which pools its tables draw on)."""
+    tier_of = {seq.seq_id: seq.tier for seq in live}
+    problems = [f"leaked table of finished sequence {s}" for s in set(manager.tables) - tier_of.keys()]
+    problems += [f"leaked swap table of finished sequence {s}" for s in set(manager.cpu_tables) - tier_of.keys()]
     for tier in range(len(manager.tiers)):
-        refs: Counter[int] = Counter()
-        cpu_refs: Counter[int] = Counter()
-        for seq_id, table in manager.tables.items():
-            if manager.seq_tiers.get(seq_id) == tier:
-                refs.update(table)
-        for seq_id, table in manager.cpu_tables.items():
-            if manager.seq_tiers.get(seq_id) == tier:
-                cpu_refs.update(table)
+        refs = Counter(b for s, table in manager.tables.items() if tier_of.get(s) == tier for b in table)
+        cpu_refs = Counter(b for s, table in manager.cpu_tables.items() if tier_of.get(s) == tier for b in table)
         problems += pool_problems(manager.pools[tier], refs, f"tier {tier}")
         problems += pool_problems(manager.cpu_pools[tier], cpu_refs, f"tier {tier} swap")
     if problems:

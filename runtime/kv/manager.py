@@ -58,7 +58,6 @@ class KVCacheManager:
         self.tables: dict[int, list[int]] = {}  # seq id -> device block ids
         self.hashes: dict[int, list[int]] = {}  # seq id -> chained hashes of its full blocks
         self.cpu_tables: dict[int, list[int]] = {}  # seq id -> swap block ids
-        self.seq_tiers: dict[int, int] = {}  # seq id -> tier of the blocks it holds
 
     # ---- queries -------------------------------------------------------------------------------
     def tier_for(self, total_len: int) -> int | None:
@@ -131,7 +130,6 @@ class KVCacheManager:
             table.append(block_id)
             hashes.append(parent)
         self.tables[seq.seq_id], self.hashes[seq.seq_id] = table, hashes
-        self.seq_tiers[seq.seq_id] = seq.tier
         return len(table) * bs
 
     def allocate_slots(self, seq: Sequence, num_new: int) -> list[BlockCopy]:
@@ -143,7 +141,6 @@ class KVCacheManager:
         pool, bs = self.pools[seq.tier], self.tiers[seq.tier].block_size
         table = self.tables.setdefault(seq.seq_id, [])
         self.hashes.setdefault(seq.seq_id, [])
-        self.seq_tiers[seq.seq_id] = seq.tier
         copies: list[BlockCopy] = []
         if self._needs_cow(seq):
             idx = seq.num_computed_tokens // bs
@@ -179,13 +176,11 @@ class KVCacheManager:
             self.pools[parent.tier].acquire(block_id)
         self.tables[child.seq_id] = list(table)
         self.hashes[child.seq_id] = list(self.hashes[parent.seq_id])
-        self.seq_tiers[child.seq_id] = parent.tier
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's blocks, tail first so shared prefixes are evicted last."""
         self.pools[seq.tier].release_many(reversed(self.tables.pop(seq.seq_id, [])))
         self.hashes.pop(seq.seq_id, None)
-        self.seq_tiers.pop(seq.seq_id, None)
         self.cpu_pools[seq.tier].release_many(self.cpu_tables.pop(seq.seq_id, []))
 
     def swap_out(self, seq: Sequence) -> list[BlockCopy]:

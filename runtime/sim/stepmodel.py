@@ -106,8 +106,9 @@ class FitError(NamedTuple):
 class StepTimeModel:
     coefficients: Mapping[str, tuple[float, ...]]  # Variant.key -> one coefficient per FEATURES entry
     tier_s: float = 0.0  # what each tier past the first adds to a step
-    # Variant -> the coefficients it resolves to: a cache filled on first use (every simulated step asks)
-    _resolved: dict[Variant, tuple[float, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # each profiled Variant -> its coefficients with the floor last (0.0 when fitted without one): derived once in
+    # __post_init__ and never written after (a plain dict, so the model pickles)
+    _profiled: dict[Variant, tuple[float, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.coefficients:
@@ -119,27 +120,25 @@ class StepTimeModel:
                                  f"and a floor ({len(FEATURES) + 1})")
         if not (math.isfinite(self.tier_s) and self.tier_s >= 0):
             raise ValueError(f"tier_s: a step's cost per extra tier must be >= 0 seconds, got {self.tier_s}")
+        profiled = {Variant.parse(key): (*coef, 0.0)[: len(FEATURES) + 1] for key, coef in self.coefficients.items()}
+        object.__setattr__(self, "_profiled", profiled)
 
     def resolve(self, variant: Variant) -> Variant:
         """`variant` if it was profiled, else the nearest profiled one (graphs, dtype, then block size)."""
-        if variant.key in self.coefficients:
+        if variant in self._profiled:
             return variant
-        known = [Variant.parse(k) for k in self.coefficients]
 
         def distance(v: Variant) -> tuple[int, int, float]:
             return (v.graphs != variant.graphs, v.kv_dtype != variant.kv_dtype,
                     abs(math.log2(v.block_size) - math.log2(variant.block_size)))
 
-        return min(known, key=distance)
+        return min(self._profiled, key=distance)
 
     def _coefficients(self, variant: Variant) -> tuple[float, ...]:
-        """The coefficients `variant` uses with its floor last, resolved once per variant (every simulated step
-        asks)."""
-        cached = self._resolved.get(variant)
-        if cached is None:
-            coef = tuple(self.coefficients[self.resolve(variant).key])
-            cached = self._resolved[variant] = coef if len(coef) > len(FEATURES) else (*coef, 0.0)
-        return cached
+        """The coefficients `variant` uses with its floor last (every simulated step asks: a profiled variant is
+        one lookup)."""
+        coef = self._profiled.get(variant)
+        return coef if coef is not None else self._profiled[self.resolve(variant)]
 
     def predict(self, variant: Variant, shape: StepShape) -> float:
         """Seconds for a one-tier step."""

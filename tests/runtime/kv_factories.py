@@ -67,20 +67,20 @@ def live_seqs(sched: Scheduler) -> list[Sequence]:
 
 
 def run_step(sched: Scheduler, token: int = 7) -> SchedulerOutput:
-    """schedule(), then the engine's postprocess without a model; finished sequences are removed.
+    """schedule(), then the scheduler's side of the engine's postprocess without a model (`update_computed`,
+    `update_from_output`); finished sequences leave.
 
     Every sampled token is `token`. Integrity is checked after the step.
     """
     out = sched.schedule()
-    for item in out.scheduled:
-        item.seq.num_computed_tokens += item.num_new_tokens
-        sched.kv.commit(item.seq)
-        if item.sample:
-            item.seq.token_ids.append(token)
-            if item.seq.num_output_tokens >= item.seq.request.params.max_tokens:
-                sched.remove(item.seq)
-    check_integrity(sched.kv, (s.seq_id for s in live_seqs(sched)))
+    sampling = sched.update_computed(out)
+    sched.update_from_output([(seq, token) for seq in sampling], 0.0, _no_stop_strings)
+    check_integrity(sched.kv, live_seqs(sched))
     return out
+
+
+def _no_stop_strings(seq: Sequence) -> bool:
+    raise AssertionError("asked for a stop string: no sequence here has any")
 
 
 def plan(out: SchedulerOutput) -> list[tuple[int, int, int, bool]]:
@@ -88,13 +88,14 @@ def plan(out: SchedulerOutput) -> list[tuple[int, int, int, bool]]:
     return [(s.seq.seq_id, s.start, s.num_new_tokens, s.sample) for s in out.scheduled]
 
 
-def assert_kv_invariants(kv: KVCacheManager, live_ids: Iterable[int]) -> None:
+def assert_kv_invariants(kv: KVCacheManager, live: Iterable[Sequence]) -> None:
     """An independent restatement of the bookkeeping invariants, then the runtime's own check."""
-    live = set(live_ids)
-    assert set(kv.tables) <= live and set(kv.cpu_tables) <= live
+    live = list(live)
+    tier_of = {s.seq_id: s.tier for s in live}
+    assert set(kv.tables) <= tier_of.keys() and set(kv.cpu_tables) <= tier_of.keys()
     for tier, (pool, cpu_pool) in enumerate(zip(kv.pools, kv.cpu_pools)):
-        refs = Counter(b for s, t in kv.tables.items() if kv.seq_tiers[s] == tier for b in t)
-        cpu_refs = Counter(b for s, t in kv.cpu_tables.items() if kv.seq_tiers[s] == tier for b in t)
+        refs = Counter(b for s, t in kv.tables.items() if tier_of[s] == tier for b in t)
+        cpu_refs = Counter(b for s, t in kv.cpu_tables.items() if tier_of[s] == tier for b in t)
         for p, want in ((pool, refs), (cpu_pool, cpu_refs)):
             assert [m.ref_count for m in p.meta] == [want.get(b, 0) for b in range(p.num_blocks)]
             used = {b for b in range(p.num_blocks) if p.meta[b].ref_count > 0}

@@ -5,10 +5,13 @@ Plans are (seq id, start, num_new_tokens, sample) in scheduled order; integrity 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.kv.manager import BlockCopy
+from runtime.scheduler import Scheduler
 from runtime.sequence import SeqStatus
 from tests.runtime.kv_factories import make_manager, make_scheduler, make_seq, plan, run_step
 
@@ -206,3 +209,18 @@ def test_random_workloads_always_finish(reqs, block_size, spare_blocks, budget, 
             break
         run_step(sched)
     assert (sched.num_unfinished, kv.pools[0].num_used, kv.cpu_pools[0].num_used) == (0, 0, 0)
+
+
+def test_update_from_output_stops_at_eos_and_max_model_len_and_frees_the_blocks():
+    kv = make_manager(block_size=4, num_blocks=16)
+    sched = Scheduler(kv, max_num_seqs=8, max_num_batched_tokens=64, chunked_prefill=True,
+                      preemption_mode="recompute", eos_ids=frozenset({2}), max_model_len=6)
+    eos, long, ignores = _add(sched, make_seq([1, 1, 1], 0), make_seq([1] * 5, 1), make_seq([1, 1, 1], 2))
+    eos.request.params = replace(eos.request.params, ignore_eos=False)
+    sampling = sched.update_computed(sched.schedule())
+    assert [(s.seq_id, s.num_computed_tokens) for s in sampling] == [(0, 3), (1, 5), (2, 3)]
+    update = sched.update_from_output([(eos, 2), (long, 7), (ignores, 2)], 1.5, lambda s: False)
+    assert ([s.seq_id for s in update.finished], update.closing) == ([0, 1], {0, 1})
+    assert [s.finish_reason for s in (eos, long, ignores)] == ["stop", "length", None]
+    assert (sched.running, list(kv.tables), ignores.token_ids) == ([ignores], [2], [1, 1, 1, 2])
+    assert (eos.request.metrics.first_token_time, eos.request.metrics.token_times) == (1.5, [1.5])

@@ -168,7 +168,7 @@ def assert_empty(llm: LLM) -> None:
     sched = engine.scheduler
     assert (sched.waiting, sched.running, sched.swapped) == ([], [], [])
     kv = engine.kv
-    assert (kv.tables, kv.hashes, kv.cpu_tables, kv.seq_tiers) == ({}, {}, {}, {})
+    assert (kv.tables, kv.hashes, kv.cpu_tables) == ({}, {}, {})
 
 
 class Footprint(NamedTuple):

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from runtime import EngineConfig
-from tests.tuner.fakes import fake_app
 from tuner.config import SloConfig
 from tuner.results import finalists
 from tuner.results.finalists import Candidate, remeasure
+from tuner.testing import fake_app
 from tuner.traffic import SAMPLE_TRAFFIC, ReplayWindow, arrival_rate, load_traffic, select
 from tuner.trials.parallel import measurement_workers
 from tuner.trials.sim import SimExecutor

@@ -9,10 +9,10 @@ import logging
 import optuna
 import pytest
 
-from tests.tuner.fakes import FakeExecutor, run_fake_search, run_fake_study, window
 from tuner.interrupts import Interrupted
 from tuner.results.conclude import conclude
 from tuner.results.kept import KeptMeasurements
+from tuner.testing import FakeExecutor, run_fake_search, run_fake_study, window
 from tuner.trials.job import TrialOutcome, TrialStatus
 
 

@@ -1,4 +1,4 @@
-"""The tuner as a measurement instrument, on an executor whose truth is known (tests/tuner/fakes.py): each
+"""The tuner as a measurement instrument, on an executor whose truth is known (tuner/testing.py): each
 replay's capacity varies by 8% (lognormal sd 0.08, as measured on the CPU engine: 9.5% CV between
 whole capacity measurements), everything above the executor is the real study, pruner, finalists and
 interval. Seeded: every run of these tests draws the same numbers."""
@@ -9,8 +9,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.tuner.fakes import FakeExecutor, run_fake_study
 from tuner.search.samplers import CHECKPOINT_STEP, INCUMBENT_ATTR
+from tuner.testing import FakeExecutor, run_fake_study
 
 NOISE = 0.08
 STUDIES = 50

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.runtime.sim.sim_factories import write_tiny_profile
-from tests.tuner.fakes import FakeExecutor
+from tuner.testing import FakeExecutor
 from tuner.trials.parallel import measurement_workers, parallel_map
 
 ROOT = Path(__file__).parents[3]

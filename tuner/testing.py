@@ -1,4 +1,5 @@
-"""A test double of the trial executor with a known capacity and known noise.
+"""A test double of the trial executor with a known capacity and known noise (public, as `optuna.testing` is:
+the tests and `experiments.verdict_power` use it).
 
 It runs the real measurement (`tuner.trials.measure`: probes, majority repeats, bracket and bisect,
 the checkpoint) on replays it synthesizes instead of replaying through an engine: each replay's
@@ -34,12 +35,11 @@ from tuner.search.samplers import build_pruner, build_sampler
 from tuner.search.space import SearchSpace
 from tuner.search.study import TrialFailed
 from tuner.tracking import FallbackTracker
-from tuner.traffic import ReplayWindow, TrafficRequest, arrival_rate
+from tuner.traffic import SAMPLE_TRAFFIC, ReplayWindow, TrafficRequest, arrival_rate
 from tuner.trials.job import Hardware, ReplaySummary, TrialJob, TrialOutcome, TrialStatus
 from tuner.trials.measure import measure
 from tuner.trials.metrics import CLEAR_PASS_LOAD, decisive_failures
 
-SAMPLE = Path(__file__).resolve().parents[2] / "tuner" / "data" / "sample.jsonl"
 FALLOFF = 2.0  # attainment lost per unit of load past capacity
 
 
@@ -90,7 +90,7 @@ def fake_app(*, seed: int = 0, trials: int = 10, finalists: int = 3, select_roun
         "max_num_seqs": ParamConfig(path="runtime.scheduler.max_num_seqs", type="categorical",
                                     choices=[64, 128, 256]),
     })
-    return AppConfig(traffic=SAMPLE, runtime=EngineConfig.from_flat("tiny", device="cpu"), search=space,
+    return AppConfig(traffic=SAMPLE_TRAFFIC, runtime=EngineConfig.from_flat("tiny", device="cpu"), search=space,
                      slo=SloConfig(), tuner=TunerConfig(n_trials=trials, finalists=finalists, repeats=repeats,
                                                         n_startup_trials=4, warmup_requests=0, seed=seed),
                      validation=ValidationConfig(select_rounds=select_rounds, proof_rounds=proof_rounds),
