@@ -14,7 +14,7 @@ import pytest
 
 from runtime.config import ConfigError, EngineConfig
 from runtime.distributed.ranks import RankFailedError
-from runtime.limits import engine_limits
+from runtime.limits import check_tensor_parallel, engine_limits
 from runtime.model.info import model_info
 from tests.conftest import prompt_set
 from tests.factories import assert_drained, greedy, hf_greedy, make_llm
@@ -118,8 +118,9 @@ def test_tensor_parallel_size_must_divide_the_heads():
 
 
 def test_smollm2_cannot_split_over_two():
+    smollm2 = model_info("tiny")._replace(name="smollm2-135m", num_heads=9, num_kv_heads=3, intermediate_size=1536)
     with pytest.raises(ConfigError, match=r"query heads \(9\); smollm2-135m can be split over \[1, 3\]"):
-        engine_limits(EngineConfig.from_flat("smollm2-135m", tensor_parallel_size=2), model_info("smollm2-135m"))
+        check_tensor_parallel(2, smollm2)
 
 
 def test_bad_degree_is_refused_before_any_rank_starts():
