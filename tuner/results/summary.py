@@ -48,9 +48,10 @@ def capacity_reading(app: AppConfig, c: Conclusion, rates: Rates) -> list[str]:
     if app.tuner.objective is not ObjectiveName.capacity or not value:
         return []
     reading = rates.capacity(value / rates.window_rps)
+    unit = "replica(s)" if app.devices == 1 else f"deployment(s) of {app.devices} devices"
     return [f"On the search window: {value:.4g} req/s = {reading['capacity_x_trace']:.3g}x the trace's recorded "
             f"rate; the trace's peak ({rates.peak_rps:.4g} req/s over 60 s) needs "
-            f"{reading['replicas_at_peak']:.0f} replica(s)"]
+            f"{reading['replicas_at_peak']:.0f} {unit}"]
 
 
 def trial_counts(trials: Sequence[optuna.trial.FrozenTrial]) -> str:

@@ -23,6 +23,7 @@ def test_a_two_device_study_searches_the_shape_and_exports_it(tmp_path):
     assert ("deployment: 2 devices; shapes TP 1 x 2 replicas, TP 2 x 1 replica (searched as tensor_parallel_size)"
             in result.stdout)
     assert "device: 2 x Test GPU (simulated: tiny-profile.json)" in result.stdout
+    assert "needs 1 deployment(s) of 2 devices" in result.stdout
     degrees = {t.params.get("tensor_parallel_size") for t in study_trials(tmp_path, "d2")}
     assert degrees == {1, 2}
     out = tmp_path / "out-d2"
