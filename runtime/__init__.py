@@ -10,6 +10,7 @@ loads on first use (PEP 562), and an engine on a model imports torch when it is 
                  ModelInfo, model_info, ModelLoadError                      a model's shape and limits
                  has_tokenizer                                             whether a model brings a tokenizer
                  EngineLimits, engine_limits                               max_model_len, token budget, tiers
+                 check_tensor_parallel                                     a tensor-parallel degree the model takes
                  GpuProfile, load_profile, sim_engine, sim_memory,         the simulator (runtime.sim): a GPU
                  VirtualClock, StepTimeModel, StepSample, StepShaper,      profile, an engine on its step times,
                  fit, fit_error, Refit, refit_profile, StepRow, HostModel  a step's shape, the fit and refit
@@ -31,7 +32,7 @@ from typing import Any
 
 from runtime.config import NUMERICS_NEUTRAL, BlockTier, ConfigError, EngineConfig
 from runtime.engine import LLMEngine
-from runtime.limits import EngineLimits, engine_limits
+from runtime.limits import EngineLimits, check_tensor_parallel, engine_limits
 from runtime.memory import InsufficientMemoryError
 from runtime.model.info import ModelInfo, ModelLoadError, model_info
 from runtime.model.source import has_tokenizer
@@ -64,8 +65,9 @@ _LAZY = ("LLM", "WeightCache", "DeviceInfo", "describe_device", "peak_memory_gb"
 
 __all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "EngineLimits", "GpuProfile", "ModelInfo",
            "HostModel", "Refit", "ModelLoadError", "SIM_UNMODELLED", "StepLog", "StepRow", "StepSample", "StepShaper",
-           "StepTimeModel", "VirtualClock", "build_config", "engine_limits", "fit", "fit_error", "has_tokenizer",
-           "load_profile", "model_info", "refit_profile", "save_profile", "sim_engine", "sim_memory", "LLMEngine",
+           "StepTimeModel", "VirtualClock", "build_config", "check_tensor_parallel", "engine_limits", "fit",
+           "fit_error", "has_tokenizer", "load_profile", "model_info", "refit_profile", "save_profile", "sim_engine",
+           "sim_memory", "LLMEngine",
            "SamplingParams", "RequestOutputKind",
            "RequestOutput", "CompletionOutput", "RequestMetrics", "StepStats", "StepTotals", "InsufficientMemoryError",
            *_LAZY]

@@ -54,18 +54,29 @@ class Backend(NamedTuple):
 
 
 def model_backend(config: EngineConfig, model: LlamaForCausalLM | None = None) -> Backend:
-    """The real backend: weights placed (or `model` reused), the KV pool sized, the model runner and sampler."""
+    """The real backend: weights placed (or `model` reused), the KV pool sized, the model runner and sampler;
+    over several ranks when `tensor_parallel_size` > 1 (`runtime.distributed`)."""
+    if config.tensor_parallel_size > 1:
+        from runtime.distributed.backend import parallel_backend
+
+        return parallel_backend(config, model)
     from runtime.placement import plan_placement  # torch: only an engine on a model imports it
     from runtime.runner import ModelRunner
-    from runtime.sampler import Sampler
 
     p = plan_placement(config, model)
-    eos = p.model.config.eos_token_id
 
     def make_runner(kv: KVCacheManager) -> ModelRunner:
         return ModelRunner(p.model, kv, config.kernel, p.kv_dtype, p.memory.num_cpu_blocks, p.device,
                            config.scheduler.max_num_seqs)
 
+    return placed_backend(config, p, make_runner)
+
+
+def placed_backend(config: EngineConfig, p: Placement, make_runner: Callable[[KVCacheManager], StepRunner]) -> Backend:
+    """A model's backend from its placement and how its runner is built (one device, or rank 0 of several)."""
+    from runtime.sampler import Sampler
+
+    eos = p.model.config.eos_token_id
     return Backend(p.max_model_len, p.max_num_batched_tokens, p.tiers, p.model.config.vocab_size,
                    frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos), make_runner,
                    Sampler(half_topk=config.kernel.sampler_half_topk), p)

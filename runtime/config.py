@@ -188,6 +188,9 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     kernel: KernelConfig = field(default_factory=KernelConfig)
     device: str = "auto"  # auto: cuda when available, else cpu
+    # ranks (one process and device each) the model is split over, by attention head, MLP column and vocabulary
+    # (runtime.distributed); must divide the model's query and KV heads (checked by `engine_limits`). vLLM's name.
+    tensor_parallel_size: int = 1
     seed: int = 0  # seed of sampling for requests that set none
     debug_integrity: bool = False  # run the block-table integrity check after every step
     metadata: dict[str, Any] | None = None  # provenance of an exported config (study, trial, ...); not used
@@ -195,6 +198,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "device",
                f"must be auto, cpu or cuda[:N], got {self.device!r}")
+        _check(self.tensor_parallel_size >= 1, "tensor_parallel_size",
+               f"must be >= 1, got {self.tensor_parallel_size}")
         _check(not (self.kernel.cuda_graphs and self.cache.block_tiers), "kernel.cuda_graphs",
                "decode graphs support one block-size tier: set it to null or false with cache.block_tiers")
         _check(self.device != "cpu" or not self.kernel.cuda_graphs, "kernel.cuda_graphs",
@@ -275,7 +280,7 @@ def _flat_keys() -> dict[str, str]:
         for f in fields(section_cls):
             assert f.name not in keys, f"flat engine argument {f.name} is ambiguous"
             keys[f.name] = section
-    keys.update({"device": "", "seed": "", "debug_integrity": "", "metadata": ""})
+    keys.update({"device": "", "tensor_parallel_size": "", "seed": "", "debug_integrity": "", "metadata": ""})
     keys.update({"dtype": "model"})
     return keys
 

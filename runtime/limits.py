@@ -17,8 +17,8 @@ from runtime.model.info import ModelInfo
 if TYPE_CHECKING:
     from runtime.scheduler import ScheduledSeq
 
-__all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "decode_graphs_on", "engine_limits", "graph_buckets",
-           "piecewise_buckets", "piecewise_graphs_on"]
+__all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "check_tensor_parallel", "decode_graphs_on", "engine_limits",
+           "graph_buckets", "piecewise_buckets", "piecewise_graphs_on"]
 
 MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
 
@@ -31,8 +31,20 @@ class EngineLimits(NamedTuple):
 
 def engine_limits(config: EngineConfig, info: ModelInfo) -> EngineLimits:
     """Limits of an engine of `config` on `info`'s model; a ConfigError names the key that cannot hold."""
+    check_tensor_parallel(config.tensor_parallel_size, info)
     max_model_len = _max_model_len(config, info)
     return EngineLimits(max_model_len, _budget(config, max_model_len), config.cache.tiers(max_model_len))
+
+
+def check_tensor_parallel(size: int, info: ModelInfo) -> None:
+    """Each rank holds whole attention heads (query and KV) and an equal slice of the MLP, as vLLM requires."""
+    for what, count in (("query heads", info.num_heads), ("KV heads", info.num_kv_heads),
+                        ("MLP columns (intermediate_size)", info.intermediate_size)):
+        if count % size:
+            sizes = [d for d in range(1, info.num_kv_heads + 1) if not (
+                info.num_heads % d or info.num_kv_heads % d or info.intermediate_size % d)]
+            raise ConfigError(f"tensor_parallel_size ({size}) must divide the model's {what} ({count}); "
+                              f"{info.name} can be split over {sizes}")
 
 
 def _max_model_len(config: EngineConfig, info: ModelInfo) -> int:

@@ -53,7 +53,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 def _activation_bytes(config: EngineConfig, model: LlamaForCausalLM, budget: int, max_model_len: int,
                       device: torch.device, dtype: torch.dtype) -> int:
-    if device.type != "cuda":
+    if device.type != "cuda" or config.tensor_parallel_size > 1:  # a TP profile forward would wait on the ranks
         return estimate_activation_bytes(model.config, budget, config.scheduler.max_num_seqs, dtype.itemsize)
     from runtime.activations import profile_activation_bytes
 

@@ -371,8 +371,15 @@ class AppConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    # GPUs of the deployment: with more than one, the search picks its shape, runtime.tensor_parallel_size GPUs a
+    # replica and devices / that many replicas behind a least-outstanding-requests balancer (tuner/deployment/);
+    # a capacity is the whole deployment's. Simulated only for now (executor=sim).
+    devices: int = 1
 
     def __post_init__(self) -> None:
+        _check(self.devices >= 1, "devices", f"must be >= 1, got {self.devices}")
+        _check(self.devices % self.runtime.tensor_parallel_size == 0, "runtime.tensor_parallel_size",
+               f"{self.runtime.tensor_parallel_size} does not divide devices ({self.devices})")
         _check(self.replay.target is None or self.tuner.n_trials == 1, "tuner.n_trials",
                f"replay.target measures the server's own config, once: set tuner.n_trials=1, got {self.tuner.n_trials}")
 

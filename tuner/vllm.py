@@ -92,6 +92,10 @@ OPTIONS: Mapping[str, VllmOption] = MappingProxyType({o.name: o for o in (
     _option("scheduling-policy", _V, "fcfs", 1782, str, ("fcfs", "priority"), "vllm/config/scheduler.py:21,159"),
     _option("enable-chunked-prefill", _B, None, 1785,
             note="None -> ModelConfig.is_chunked_prefill_supported (vllm/engine/arg_utils.py:3047-3048)"),
+    # its add_argument line in 0.33.0 was not read: the flag is in vLLM 0.26.0's argument list
+    # (tuner/data/vllm-0.26.0-args.json: tensor_parallel_size, --tensor-parallel-size, int)
+    VllmOption("tensor-parallel-size", _V, 1, "tuner/data/vllm-0.26.0-args.json", int,
+               note="vllm/config/parallel.py ParallelConfig.tensor_parallel_size"),
 )})
 
 
@@ -175,6 +179,7 @@ _MAPPED = {
     "scheduler.max_num_seqs": "max-num-seqs", "scheduler.max_num_batched_tokens": "max-num-batched-tokens",
     "scheduler.enable_chunked_prefill": "enable-chunked-prefill", "scheduler.max_model_len": "max-model-len",
     "scheduler.policy": "scheduling-policy", "kernel.cuda_graphs": "enforce-eager",
+    "tensor_parallel_size": "tensor-parallel-size",
 }
 
 
@@ -243,6 +248,8 @@ def _entries(engine: EngineConfig, flat: Mapping[str, Any], model_path: str | No
             entries += _eager_entries(value)
         elif key == "cache.block_size":
             entries.append(_block_size_entry(engine))
+        elif key == "tensor_parallel_size":
+            entries += _shape_entries(engine)
         elif value is not None and _has_equivalent(key, value):
             entries.append(_entry(OPTIONS[name], value))
     return entries
@@ -308,6 +315,17 @@ def _block_size_entry(engine: EngineConfig) -> _Entry:
                        for t in tiers)
     return _Entry("block-size", widest.block_size, f"pagetune block tiers: {listed}.\n"
                   "vLLM takes one block size: the one of the tier with the largest KV share.")
+
+
+def _shape_entries(engine: EngineConfig) -> list[_Entry]:
+    """`tensor-parallel-size` (left out at 1, vLLM's default, for one device), and the deployment's replicas in a
+    comment: vLLM serves one replica per file."""
+    degree, shape = engine.tensor_parallel_size, (engine.metadata or {}).get("deployment")
+    if shape is None:
+        return [] if degree == 1 else [_Entry("tensor-parallel-size", degree, "")]
+    return [_Entry("tensor-parallel-size", degree,
+                   f"deployment: {shape['replicas']} replica(s) of this server, {degree} GPU(s) each, on "
+                   f"{shape['devices']} GPUs, behind a least-outstanding-requests load balancer")]
 
 
 def _effective_tiers(engine: EngineConfig) -> tuple[BlockTier, ...]:

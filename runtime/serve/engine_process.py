@@ -63,8 +63,10 @@ class EngineProcess:
         ctx = multiprocessing.get_context("spawn")
         child_commands, self._commands = ctx.Pipe(duplex=False)
         self._outputs, child_outputs = ctx.Pipe(duplex=False)
+        # Not daemonic when it starts tensor-parallel ranks (a daemonic process may not have children); close()
+        # and the end of the command pipe stop it either way.
         self.process = ctx.Process(target=_child_main, args=(config, child_commands, child_outputs),
-                                   name="pagetune-engine", daemon=True)
+                                   name="pagetune-engine", daemon=config.tensor_parallel_size == 1)
         self.process.start()
         child_commands.close()  # only the child holds these ends now: each side sees EOF when the other goes
         child_outputs.close()

@@ -20,6 +20,7 @@ from runtime.limits import EngineLimits, decode_graphs_on, engine_limits
 from runtime.memory import GIB, MemoryPlan, plan_memory
 from runtime.scheduler import SchedulerOutput
 from runtime.sim.hostmodel import HostModel
+from runtime.sim.parallel import ParallelStepModel, rank_kv_layout, rank_weight_bytes
 from runtime.sim.profile_file import GpuProfile
 from runtime.sim.shape import StepShaper
 from runtime.sim.stepmodel import StepTimeModel
@@ -54,7 +55,7 @@ class SimRunner:
     """Runs a step by advancing the clock by the step-time model's prediction for its composition, plus
     the host model's for its scheduled sequences."""
 
-    def __init__(self, model: StepTimeModel, shaper: StepShaper, clock: VirtualClock,
+    def __init__(self, model: StepTimeModel | ParallelStepModel, shaper: StepShaper, clock: VirtualClock,
                  host: HostModel = NO_HOST) -> None:
         self.model, self.shaper, self.clock, self.host = model, shaper, clock, host
 
@@ -98,11 +99,12 @@ def _plan(config: EngineConfig, profile: GpuProfile) -> tuple[EngineLimits, Memo
     kv_dtype = profile.dtype if config.cache.kv_cache_dtype == "auto" else config.cache.kv_cache_dtype
     device_bytes = (int(config.cache.device_memory_gb * GIB) if config.cache.device_memory_gb is not None
                     else profile.device.memory_bytes)
+    degree = config.tensor_parallel_size  # per rank: its share of the weights and of the KV heads
     plan = plan_memory(
         device_bytes=device_bytes, utilization=config.cache.gpu_memory_utilization,
-        weight_bytes=profile.weight_bytes,
+        weight_bytes=rank_weight_bytes(profile.weight_bytes, profile.info, degree),
         activation_bytes=profile.activation.bytes_for(limits.max_num_batched_tokens, config.scheduler.max_num_seqs),
-        tiers=limits.tiers, layout=profile.info.kv_layout, kv_dtype_bytes=DTYPE_BYTES[kv_dtype],
+        tiers=limits.tiers, layout=rank_kv_layout(profile.info, degree), kv_dtype_bytes=DTYPE_BYTES[kv_dtype],
         swap_space_gb=config.cache.swap_space, num_blocks_override=config.cache.num_gpu_blocks_override)
     return limits, plan
 
@@ -114,10 +116,15 @@ def sim_backend(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
     limits, plan = _plan(config, profile)
     tiers = plan.tier_specs(limits.tiers)
     eos: frozenset[int] = frozenset()  # a model-free stream never stops a request early: max_tokens does
-    model = step_model or profile.step_model
-    # graphs as the engine would capture them on the profiled device (Triton attention there, unless asked for torch)
-    graphs = decode_graphs_on(config.kernel, len(tiers),
-                              profile.device.type == "cuda" and config.kernel.attention_backend != "torch")
+    model: StepTimeModel | ParallelStepModel = step_model or profile.step_model
+    degree = config.tensor_parallel_size
+    if degree > 1:
+        model = ParallelStepModel.of(model, degree, profile.allreduce_cost(degree), profile.info,
+                                     DTYPE_BYTES[profile.dtype])
+    # graphs as the engine would capture them on the profiled device (Triton attention there, unless asked for
+    # torch); tensor-parallel ranks run eagerly
+    graphs = degree == 1 and decode_graphs_on(config.kernel, len(tiers), profile.device.type == "cuda"
+                                              and config.kernel.attention_backend != "torch")
 
     def make_runner(kv: KVCacheManager) -> SimRunner:
         return SimRunner(model, StepShaper(config, kv.tiers, graphs), clock, profile.host_model)

@@ -18,6 +18,7 @@ from typing import Any
 from runtime.config import ConfigError
 from runtime.model.info import ModelInfo
 from runtime.sim.hostmodel import HostModel
+from runtime.sim.parallel import AllReduceCost, estimate
 from runtime.sim.stepmodel import FitError, StepSample, StepShape, StepTimeModel, Variant
 from runtime.typed import build
 
@@ -68,6 +69,9 @@ class GpuProfile:
     host: tuple[float, float] = (0.0, 0.0)  # hostmodel.HostModel: a step's host time beyond the model's
     #                                        (0, 0 until a refit measures it on the real engine)
     tier_s: float = 0.0  # stepmodel.StepTimeModel.tier_s: a step's cost per tier past the first
+    # tensor-parallel degree -> (latency_s, s_per_byte) of one all-reduce, measured on this device; a degree not
+    # here is simulated with the unmeasured estimate (runtime.sim.parallel.estimate), and says so
+    allreduce: dict[str, tuple[float, float]] = field(default_factory=dict)
     format: int = FORMAT
 
     def __post_init__(self) -> None:
@@ -82,6 +86,11 @@ class GpuProfile:
     @property
     def step_model(self) -> StepTimeModel:
         return StepTimeModel(self.coefficients, self.tier_s)
+
+    def allreduce_cost(self, degree: int) -> AllReduceCost:
+        """One all-reduce at `degree`: measured into this profile, or the documented estimate (unmeasured)."""
+        measured = self.allreduce.get(str(degree))
+        return estimate(degree) if measured is None else AllReduceCost(*measured, measured=True)
 
     @property
     def host_model(self) -> HostModel:

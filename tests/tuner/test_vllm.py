@@ -40,6 +40,7 @@ TUNED_PARSED = {
     "block_size": 32, "gpu_memory_utilization": 0.8825, "kv_cache_dtype": "fp8_e4m3",
     "num_gpu_blocks_override": None, "enable_prefix_caching": False, "max_num_batched_tokens": 4096,
     "max_num_seqs": 128, "scheduling_policy": "priority", "enable_chunked_prefill": False,
+    "tensor_parallel_size": 1,  # vLLM's default: one device writes no tensor-parallel-size
 }
 SERVE_DEFAULTS_CUDA = {"cache.block_size": 16, "cache.gpu_memory_utilization": 0.92,
                        "cache.enable_prefix_caching": True, "scheduler.enable_chunked_prefill": True,
@@ -108,7 +109,7 @@ def test_version_and_options_table():
     assert list(OPTIONS) == [
         "model", "dtype", "seed", "max-model-len", "enforce-eager", "block-size", "gpu-memory-utilization",
         "kv-cache-dtype", "num-gpu-blocks-override", "enable-prefix-caching", "max-num-batched-tokens",
-        "max-num-seqs", "scheduling-policy", "enable-chunked-prefill"]
+        "max-num-seqs", "scheduling-policy", "enable-chunked-prefill", "tensor-parallel-size"]
     assert "swap-space" not in OPTIONS  # removed from vLLM before 0.24
     flags = {name: o.kind for name, o in OPTIONS.items() if o.kind is not OptionKind.VALUE}
     assert flags == {"enforce-eager": OptionKind.BOOL_OPTIONAL, "enable-prefix-caching": OptionKind.BOOL_OPTIONAL,
@@ -118,7 +119,8 @@ def test_version_and_options_table():
         "model": "Qwen/Qwen3-0.6B", "dtype": "auto", "seed": 0, "max-model-len": None, "enforce-eager": False,
         "block-size": None, "gpu-memory-utilization": 0.92, "kv-cache-dtype": "auto",
         "num-gpu-blocks-override": None, "enable-prefix-caching": None, "max-num-batched-tokens": None,
-        "max-num-seqs": None, "scheduling-policy": "fcfs", "enable-chunked-prefill": None}
+        "max-num-seqs": None, "scheduling-policy": "fcfs", "enable-chunked-prefill": None,
+        "tensor-parallel-size": 1}
     assert OPTIONS["block-size"].source == "vllm/engine/arg_utils.py:1387"
     assert {"fp8_e4m3", "float16", "bfloat16"} <= set(OPTIONS["kv-cache-dtype"].choices)
     assert "float32" not in OPTIONS["kv-cache-dtype"].choices

@@ -40,6 +40,7 @@ class ReportInputs:
     simulated: bool = False  # the verdict's figures are simulated (executor=sim without sim+real)
     arrivals: str = ""  # requests arriving in groups at one instant, when they are many (traffic.ArrivalGroups)
     vllm_unexpressed: Sequence[str] = ()  # measured knobs vllm.yaml cannot hold, with what it holds instead
+    deployment: str = ""  # the exported shape over several devices (TP degree x replicas); "" for one device
 
 
 def verdict_text(c: Conclusion, simulated: bool) -> str:
@@ -91,6 +92,8 @@ def headline_lines(inputs: ReportInputs) -> list[str]:
                   f"- Method: {c.verdict.method}; the pick was chosen on other replays (the search window)."]
     else:
         lines += [f"- Method: {c.verdict.method}.", *_no_capacity_lines(c)]
+    if inputs.deployment:
+        lines.append(f"- Deployment: {inputs.deployment}")
     lines += [f"- Figures: {inputs.figures}", f"- SLO: {inputs.slo}", f"- Traffic: {inputs.traffic}",
               f"- Windows: {inputs.windows}"]
     if inputs.arrivals:

@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 
 from tuner.config import AppConfig, ObjectiveName
 from tuner.console import inversion_note
+from tuner.deployment import deployment_line, deployment_meta
 from tuner.redact import mask_text, mask_url
 from tuner.results import plots
 from tuner.results.conclude import Conclusion
@@ -47,9 +48,10 @@ def capacity_reading(app: AppConfig, c: Conclusion, rates: Rates) -> list[str]:
     if app.tuner.objective is not ObjectiveName.capacity or not value:
         return []
     reading = rates.capacity(value / rates.window_rps)
+    unit = "replica(s)" if app.devices == 1 else f"deployment(s) of {app.devices} devices"
     return [f"On the search window: {value:.4g} req/s = {reading['capacity_x_trace']:.3g}x the trace's recorded "
             f"rate; the trace's peak ({rates.peak_rps:.4g} req/s over 60 s) needs "
-            f"{reading['replicas_at_peak']:.0f} replica(s)"]
+            f"{reading['replicas_at_peak']:.0f} {unit}"]
 
 
 def trial_counts(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
@@ -120,7 +122,7 @@ def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: T
         reproduce_command=reproduce_command(overrides, study.study_name),
         tracking_uri=mask_url(app.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names,
         figures=figures, fidelity_lines=fidelity_lines, simulated=simulated, arrivals=grouped_arrivals(windows[0]),
-        vllm_unexpressed=vllm_unexpressed)
+        vllm_unexpressed=vllm_unexpressed, deployment=deployment_line(c.exported.config, app.devices))
 
 
 def grouped_arrivals(window: ReplayWindow) -> str:
@@ -197,6 +199,8 @@ def export_metadata(app: AppConfig, study: optuna.Study, c: Conclusion, traffic:
             "objective": app.tuner.objective.value,
             "traffic_sha256": traffic.sha256, "model": app.runtime.model.name, "hardware": hardware,
             "figures": figures, "baseline": app.baseline.value, **provenance()}
+    if (deployment := deployment_meta(c.exported.config, app.devices)) is not None:
+        meta["deployment"] = deployment  # vllm.yaml's replica comment reads it
     if interval is not None:
         meta["interval"] = {"mean": interval.mean, "low": interval.low, "high": interval.high,
                             "rounds": interval.rounds}

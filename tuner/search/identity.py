@@ -84,6 +84,8 @@ def study_identity(app: AppConfig, traffic_sha256: str, simulated: str | None = 
         "space": _plain(dataclasses.asdict(app.search)),
         "baseline": app.baseline.value,
     }
+    if app.devices != 1:  # another deployment (one device keeps the fingerprints of studies made before the key)
+        parts["devices"] = app.devices
     if simulated is not None:
         parts["simulated"] = {"profile_sha256": simulated, "fidelity": app.tuner.fidelity}
     if engine is not None:

@@ -8,6 +8,8 @@
                           exists, else real
     vllm       single     VllmExecutor (vllm serve)   VllmExecutor: vLLM's own figures throughout
 
+With `devices` > 1 (simulated only), the search picks the deployment's shape too (`tuner.deployment`).
+
 Simulating, the runtime's model is the profile's (the step times are that model's on that GPU); the
 console says so when it replaces the configured one.
 """
@@ -18,6 +20,7 @@ import dataclasses
 from typing import NamedTuple
 
 from tuner.config import AppConfig, TunerConfigError
+from tuner.deployment import deployment_notes, with_shape_knob
 from tuner.interrupts import Interrupts
 from tuner.search.space import SearchSpace
 from tuner.trials.sim import SimExecutor
@@ -76,6 +79,9 @@ def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> Exec
     try:
         if kind == "sim":
             return _simulated(app, worker, notes, interrupts)
+        if app.devices > 1:
+            raise TunerConfigError(f"devices: {app.devices} devices are searched in simulation only for now: set "
+                                   "executor=sim (the real runtime runs one deployment shape on this machine)")
         if app.tuner.fidelity == "sim+real":
             raise TunerConfigError("tuner.fidelity: sim+real searches in simulation: set executor=sim "
                                    "(and executor.profile=PATH)")
@@ -95,7 +101,7 @@ def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str]
             f"executor.profile: no GPU profile at {path}. Make one on the GPU to simulate: "
             f"python -m runtime.profile model=llama-3-8b out={path}")
     try:
-        sim = SimExecutor(path, interrupts=interrupts)
+        sim = SimExecutor(path, interrupts=interrupts, devices=app.devices)
     except Exception as e:  # runtime.ConfigError: the file names its bad key
         raise TunerConfigError(f"executor.profile: {e}") from None
     if app.runtime.model.name != sim.profile.model:
@@ -104,7 +110,9 @@ def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str]
         runtime = dataclasses.replace(app.runtime, model=dataclasses.replace(app.runtime.model,
                                                                              name=sim.profile.model))
         app = dataclasses.replace(app, runtime=runtime)
+    app = dataclasses.replace(app, search=with_shape_knob(app.search, app.devices, sim.profile.info))
     notes.append(f"figures are {sim.label}; held-back fit error {sim.profile.fit_error.line()}")
+    notes += deployment_notes(app.devices, sim.profile)
     if sim.profile.tier_s == 0 and _may_use_tiers(app):
         notes.append(f"{path} has no cost for a second block tier (tier_s 0): simulated configs with block tiers "
                      "pay nothing for it and look better than they are; python -m runtime.profile measures it now")

@@ -23,11 +23,10 @@ from runtime import (
     ConfigError,
     EngineConfig,
     StepTimeModel,
-    VirtualClock,
     load_profile,
-    sim_engine,
     sim_memory,
 )
+from tuner.deployment import deployment_label, sim_deployment
 from tuner.interrupts import Interrupted, Interrupts
 from tuner.traffic import TrafficRequest
 from tuner.trials.job import Hardware, TrialJob, TrialOutcome, TrialStatus
@@ -42,8 +41,9 @@ class SimExecutor:
     """The `Executor` protocol over a GPU profile."""
 
     def __init__(self, profile_path: Path, step_model: StepTimeModel | None = None,
-                 interrupts: Interrupts | None = None) -> None:
+                 interrupts: Interrupts | None = None, devices: int = 1) -> None:
         self.interrupts = interrupts or Interrupts()  # polled before every simulated step
+        self.devices = devices  # GPUs of the deployment: a trial's replicas fill them (tuner.deployment)
         self.path = Path(profile_path)
         self.profile = load_profile(self.path)
         self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
@@ -52,18 +52,18 @@ class SimExecutor:
     @property
     def label(self) -> str:
         """What every simulated figure says it is: `simulated (profile: PATH, MODEL on GPU (versions))`."""
-        return f"simulated (profile: {self.path}, {self.profile.label})"
+        return f"simulated (profile: {self.path}, {self.profile.label}{deployment_label(self.devices, self.profile)})"
 
     def with_step_model(self, step_model: StepTimeModel) -> SimExecutor:
         """The same profile with other step-time coefficients (a refit)."""
-        return SimExecutor(self.path, step_model, self.interrupts)
+        return SimExecutor(self.path, step_model, self.interrupts, self.devices)
 
     def describe(self, config: EngineConfig) -> Hardware:
         d = self.profile.device
         versions = ", ".join(f"{k} {v}" for k, v in (("torch", d.torch), ("triton", d.triton), ("CUDA", d.cuda),
                                                       ("driver", d.driver)) if v)
-        return Hardware(d.type, d.name, d.memory_bytes / GIB, f"1 x {d.name} (simulated: {self.path.name})",
-                        f"profiled with {versions}", SIM_UNMODELLED)
+        summary = f"{self.devices} x {d.name} (simulated: {self.path.name})"
+        return Hardware(d.type, d.name, d.memory_bytes / GIB, summary, f"profiled with {versions}", SIM_UNMODELLED)
 
     def run(self, job: TrialJob, requests: Sequence[TrafficRequest], on_progress: OnProgress,
             on_checkpoint: OnCheckpoint, timeout_s: float) -> TrialOutcome:
@@ -71,8 +71,7 @@ class SimExecutor:
         job = dataclasses.replace(job, plan=dataclasses.replace(job.plan, repeats=1, warmup_requests=0))
         try:
             planned = sim_memory(job.config, self.profile)[2].budget_bytes / GIB
-            clock = VirtualClock()
-            engine = sim_engine(job.config, self.profile, clock, self.step_model)
+            engine, clock = sim_deployment(job.config, self.profile, self.step_model, self.devices)
             setup_s = time.perf_counter() - start
             replayer = WindowReplayer(engine_replay(engine, clock, self.interrupts.check), requests, job.plan,
                                       on_progress, lambda: planned)
