@@ -121,3 +121,12 @@ def assert_drained(llm: LLM) -> None:
     engine.check_integrity()
     assert sum(p.num_used for p in engine.kv.pools) == 0
     assert sum(p.num_used for p in engine.kv.cpu_pools) == 0
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this id exists (signal 0 checks without sending)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

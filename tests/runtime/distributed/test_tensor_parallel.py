@@ -17,18 +17,10 @@ from runtime.distributed.ranks import RankFailedError
 from runtime.limits import check_tensor_parallel, engine_limits
 from runtime.model.info import model_info
 from tests.conftest import prompt_set
-from tests.factories import assert_drained, greedy, hf_greedy, make_llm
+from tests.factories import assert_drained, greedy, hf_greedy, make_llm, process_alive
 
 # swaps, preemptions, copy-on-write and prefix hits all reach the ranks (tests/runtime/test_greedy_equality.py)
 SWAPPING = dict(block_size=4, max_model_len=64, num_gpu_blocks_override=16, preemption_mode="swap", swap_space=0.01)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +72,9 @@ def test_ranks_exit_when_rank0_dies(llama_dir):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     pid = int(done.stdout.split()[0])
     deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
+    while process_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive(pid)
+    assert not process_alive(pid)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from runtime import LLM
-from tests.factories import greedy
+from tests.factories import greedy, process_alive
 from tests.runtime.serve.server_factories import running_server, server_config
 
 TP2 = server_config("tiny", tensor_parallel_size=2, debug_integrity=False)
@@ -30,14 +30,6 @@ def _children(pid: int) -> list[int]:
     except FileNotFoundError:
         return []
     return direct + [g for c in direct for g in _children(c)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _free_port() -> int:
@@ -77,9 +69,9 @@ def test_the_serve_command_starts_the_ranks_and_stops_them(tmp_path):
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)
     deadline = time.monotonic() + 15
-    while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
+    while any(process_alive(p) for p in ranks) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in ranks if _alive(p)]
+    assert not [p for p in ranks if process_alive(p)]
 
 
 def test_a_dead_rank_is_the_engines_error():
