@@ -42,9 +42,9 @@ from bench_decode import add_record_args, emit
 from runtime import EngineConfig, GpuProfile, engine_limits, refit_profile, save_profile
 from runtime.sim import VirtualClock, load_profile, sim_engine
 from tuner.config import SloConfig
+from tuner.measure.metrics import summarize
+from tuner.measure.replay import replay
 from tuner.traffic import load_traffic, select
-from tuner.trials.metrics import summarize
-from tuner.trials.replay import replay
 
 METRICS = ("output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def _real_run(config: EngineConfig, model, requests, warmup: int) -> tuple[dict,
     from dataclasses import replace
 
     from runtime import LLMEngine, StepLog
-    from tuner.trials.replay import ReplayClock
+    from tuner.measure.replay import ReplayClock
 
     clock = ReplayClock()
     engine = LLMEngine(config, clock=clock, model=model)

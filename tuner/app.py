@@ -8,7 +8,7 @@
 With `replay.target` (a deployed OpenAI-compatible server) the traffic step is the same, then the server is
 measured once over HTTP, as it is (tuner.results.endpoint): no worker, no search, no best.yaml.
 
-This process never imports torch: trials run in the worker (tuner.trials.supervisor).
+This process never imports torch: trials run in the worker (tuner.executors.supervisor).
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ from omegaconf import DictConfig, OmegaConf
 from runtime import ConfigError, engine_limits, has_tokenizer, model_info
 from tuner.config import AppConfig, SloConfig, TunerConfigError, load_app_config
 from tuner.console import Console, interrupted_line, quiet_failed_trial_tracebacks
+from tuner.executors.base import WorkerStartError
+from tuner.executors.http import HttpExecutor
+from tuner.executors.selection import Executors, open_executors
 from tuner.interrupts import Interrupted, Interrupts
+from tuner.measure.measure import highest_scale
+from tuner.measure.metrics import allowed_failures
+from tuner.measure.plan import Rates
 from tuner.model_tokenizer import ModelTokenizer
 from tuner.redact import mask_text, mask_url
 from tuner.results.conclude import NoBaseline, conclude
@@ -49,7 +55,7 @@ from tuner.results.summary import (
 )
 from tuner.search.baseline import baseline_config
 from tuner.search.identity import study_identity
-from tuner.search.objective import Rates, TrialRunner
+from tuner.search.objective import TrialRunner
 from tuner.search.space import SearchSpace
 from tuner.search.study import open_study, run_search, trials_counted
 from tuner.store.heartbeat import JournalHeartbeat
@@ -65,11 +71,6 @@ from tuner.traffic import (
     select,
     split_windows,
 )
-from tuner.trials.executors import Executors, open_executors
-from tuner.trials.http_executor import HttpExecutor
-from tuner.trials.measure import highest_scale
-from tuner.trials.metrics import allowed_failures
-from tuner.trials.supervisor import WorkerStartError
 from tuner.vllm import vllm_yaml
 
 log = logging.getLogger("pagetune")

@@ -14,12 +14,12 @@ import optuna
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from tuner.measure.job import TrialOutcome, TrialStatus
 from tuner.redact import mask_text
 from tuner.results.kept import KeptMeasurements
-from tuner.search.space import is_baseline
-from tuner.search.study import INTERRUPTED, TrialFailed
+from tuner.search.study import TrialFailed
+from tuner.store.record import INTERRUPTED, is_baseline
 from tuner.tracking import rounded
-from tuner.trials.job import TrialOutcome, TrialStatus
 
 __all__ = ["SATURATED_WARNING", "Console", "interrupted_line", "inversion_note", "quiet_failed_trial_tracebacks",
            "trial_line"]

@@ -1,6 +1,6 @@
 """A test double of the trial executor with a known capacity and known noise.
 
-It runs the real measurement (`tuner.trials.measure`: probes, majority repeats, bracket and bisect,
+It runs the real measurement (`tuner.measure.measure`: probes, majority repeats, bracket and bisect,
 the checkpoint) on replays it synthesizes instead of replaying through an engine: each replay's
 effective capacity is the config's true capacity times exp(N(0, noise)), and SLO attainment falls
 off linearly past it. Everything above the executor (the Optuna study, the incumbent pruner, the
@@ -27,17 +27,18 @@ from tuner.config import (
     TunerConfig,
     ValidationConfig,
 )
+from tuner.measure.job import Hardware, ReplaySummary, TrialJob, TrialOutcome, TrialStatus
+from tuner.measure.measure import measure
+from tuner.measure.metrics import CLEAR_PASS_LOAD, decisive_failures
+from tuner.measure.plan import Rates
 from tuner.results.conclude import Conclusion, conclude
 from tuner.search.baseline import baseline_config
-from tuner.search.objective import Rates, TrialRunner
+from tuner.search.objective import TrialRunner
 from tuner.search.samplers import build_pruner, build_sampler
 from tuner.search.space import SearchSpace
 from tuner.search.study import TrialFailed
 from tuner.tracking import FallbackTracker
 from tuner.traffic import ReplayWindow, TrafficRequest, arrival_rate
-from tuner.trials.job import Hardware, ReplaySummary, TrialJob, TrialOutcome, TrialStatus
-from tuner.trials.measure import measure
-from tuner.trials.metrics import CLEAR_PASS_LOAD, decisive_failures
 
 SAMPLE = Path(__file__).resolve().parents[2] / "tuner" / "data" / "sample.jsonl"
 FALLOFF = 2.0  # attainment lost per unit of load past capacity

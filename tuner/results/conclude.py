@@ -13,6 +13,7 @@ from typing import NamedTuple
 import optuna
 
 from tuner.config import AppConfig, ObjectiveName
+from tuner.executors.base import Executor
 from tuner.results.finalists import BASELINE, Candidate, Remeasured, choose, remeasure
 from tuner.results.kept import KeptMeasurements
 from tuner.results.no_capacity import (
@@ -25,7 +26,6 @@ from tuner.results.no_capacity import (
 from tuner.results.rounds import conclusion_rounds
 from tuner.results.verdict import Saturation, Verdict, paired_interval, verdict, with_latency
 from tuner.traffic import ReplayWindow
-from tuner.trials.supervisor import Executor
 
 __all__ = ["Conclusion", "NoBaseline", "conclude", "measurements_planned", "objective_unit"]
 

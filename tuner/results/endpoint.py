@@ -16,12 +16,13 @@ from urllib.parse import urlsplit
 
 from tuner.config import AppConfig, ObjectiveName, traffic_stem
 from tuner.console import Console
+from tuner.executors.http import HttpExecutor
+from tuner.measure.job import Hardware, TrialJob, TrialOutcome, TrialStatus
+from tuner.measure.outcome import trial_metrics
+from tuner.measure.plan import Rates, plan_for
 from tuner.redact import mask_url
-from tuner.search.objective import STATUS_TAG, Rates, plan_for, trial_metrics
-from tuner.tracking import FallbackTracker, RunState, Tracker, open_tracker
+from tuner.tracking import STATUS_TAG, FallbackTracker, RunState, Tracker, open_tracker
 from tuner.traffic import ReplayWindow, TrafficLoad
-from tuner.trials.http_executor import HttpExecutor
-from tuner.trials.job import Hardware, TrialJob, TrialOutcome, TrialStatus
 
 __all__ = ["endpoint_report", "measure_endpoint"]
 
@@ -44,7 +45,7 @@ def measure_endpoint(app: AppConfig, traffic: TrafficLoad, window: ReplayWindow,
     outcome = executor.run(job, window.requests, lambda *p: console.progress(0, *p), lambda probe: True,
                            app.tuner.trial_timeout_s)
     console.end_trials()
-    metrics = trial_metrics(app, outcome, rates)
+    metrics = trial_metrics(app.tuner.objective, outcome, rates)
     report = out_dir / "report.md"
     report.write_text(endpoint_report(app, traffic, window, hardware, outcome, metrics), encoding="utf-8")
     _track(tracker, app, traffic, hardware, outcome, metrics, report)

@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 from runtime import refit_profile, save_profile
 from tuner.config import AppConfig
+from tuner.executors.sim import SimExecutor
 from tuner.results.conclude import Conclusion
 from tuner.results.finalists import measure_once
 from tuner.traffic import ReplayWindow
-from tuner.trials.sim import SimExecutor
 
 __all__ = ["Fidelity", "fidelity"]
 

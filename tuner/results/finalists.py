@@ -22,14 +22,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from runtime import EngineConfig
 from tuner.config import AppConfig, ObjectiveName
+from tuner.executors.base import Executor
+from tuner.executors.parallel import measurement_workers, parallel_map
+from tuner.measure.job import Probe, TrialJob, TrialStatus
+from tuner.measure.plan import plan_for
 from tuner.redact import mask_text
 from tuner.results.kept import Kept, KeptMeasurements
-from tuner.search.objective import feasible, plan_for
-from tuner.search.space import BASELINE_ATTR, is_baseline
+from tuner.store.record import BASELINE_ATTR, feasible, is_baseline
 from tuner.traffic import ReplayWindow
-from tuner.trials.job import Probe, TrialJob, TrialStatus
-from tuner.trials.parallel import measurement_workers, parallel_map
-from tuner.trials.supervisor import Executor
 
 __all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "measure_once", "remeasure"]
 

@@ -22,12 +22,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from tuner.config import AppConfig, ObjectiveName, SloConfig
+from tuner.executors.base import Executor
+from tuner.measure.job import MeasurePlan, TrialJob, TrialStatus
+from tuner.measure.metrics import meets_slo, slo_ratio
 from tuner.results.finalists import Candidate, Remeasured
 from tuner.results.verdict import Verdict
 from tuner.traffic import ReplayWindow
-from tuner.trials.job import MeasurePlan, TrialJob, TrialStatus
-from tuner.trials.metrics import meets_slo, slo_ratio
-from tuner.trials.supervisor import Executor
 
 __all__ = ["AtTraceRate", "NoCapacity", "empty_remeasured", "measure_at_trace_rate", "measures_zero",
            "no_capacity_verdict", "propose_slo"]

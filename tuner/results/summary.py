@@ -13,14 +13,14 @@ from optuna.trial import TrialState
 
 from tuner.config import AppConfig, ObjectiveName
 from tuner.console import inversion_note
+from tuner.measure.plan import Rates
 from tuner.redact import mask_text, mask_url
 from tuner.results import plots
 from tuner.results.conclude import Conclusion
 from tuner.results.export import ExportPaths, provenance
 from tuner.results.finalists import BASELINE
 from tuner.results.report import ReportInputs, headline_lines, verdict_text
-from tuner.search.objective import Rates
-from tuner.search.study import INTERRUPTED
+from tuner.store.record import INTERRUPTED
 from tuner.traffic import GROUPED_SHARE, ReplayWindow, TrafficLoad, arrival_groups, max_model_len_candidates
 
 __all__ = ["export_metadata", "grouped_arrivals", "report_inputs", "study_history", "study_metrics", "study_plots",

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import optuna
 import yaml
@@ -24,64 +24,22 @@ from optuna.trial import TrialState
 
 from runtime import EngineConfig
 from tuner.config import AppConfig, ObjectiveName, PrunerName
+from tuner.executors.base import Executor
 from tuner.interrupts import Interrupted, Interrupts
+from tuner.measure.job import Probe, TrialJob, TrialOutcome, TrialStatus
+from tuner.measure.outcome import trial_metrics
+from tuner.measure.plan import Rates, plan_for
 from tuner.search.samplers import CHECKPOINT_STEP, INCUMBENT_ATTR
-from tuner.search.space import SearchSpace, is_baseline
-from tuner.search.study import INTERRUPTED, TrialFailed, TrialInterrupted, requeue
+from tuner.search.space import SearchSpace
+from tuner.search.study import TrialFailed, TrialInterrupted, requeue
 from tuner.store.heartbeat import JournalHeartbeat
-from tuner.tracking import RunState
+from tuner.store.record import INTERRUPTED, feasible, is_baseline
+from tuner.tracking import STATUS_TAG, RunState
 from tuner.traffic import ReplayWindow
-from tuner.trials.job import MeasurePlan, Probe, TrialJob, TrialOutcome, TrialStatus
-from tuner.trials.supervisor import Executor
 
-__all__ = ["FAILED", "Rates", "TrialRunner", "feasible", "plan_for", "trial_metrics"]
+__all__ = ["FAILED", "TrialRunner"]
 
 FAILED = (TrialStatus.error, TrialStatus.oom, TrialStatus.timeout, TrialStatus.died)
-STATUS_TAG = "pagetune.trial_status"  # ok | infeasible | pruned | error | oom | timeout | died, on each child run
-
-
-class Rates(NamedTuple):
-    """How a rate scale reads for the search window and for the trace."""
-
-    window_rps: float  # the window's arrival rate as replayed: scale 1.0
-    recorded_rps: float  # the same window's rate as logged (replay.time_scale undone)
-    peak_rps: float  # the trace's peak arrival rate over 60 s, as logged
-
-    def capacity(self, scale: float) -> dict[str, float]:
-        rps = scale * self.window_rps
-        return {"capacity_rps": rps, "capacity_scale": scale, "capacity_x_trace": rps / self.recorded_rps,
-                "replicas_at_peak": float(math.ceil(self.peak_rps / rps)) if rps > 0 else math.inf}
-
-
-def plan_for(app: AppConfig, start_scale: float | None, *, repeats: int, checkpoint: bool) -> MeasurePlan:
-    """A trial's measurement plan: with a start (the incumbent's or the config's own capacity) the
-    bracket steps finely around it; without one it starts at the window's own rate, doubling."""
-    first_step = 2.0 if start_scale is None else 1.0 + 4 * app.tuner.capacity_tol
-    return MeasurePlan(app.tuner.objective, app.slo, repeats, start_scale or 1.0, first_step, app.tuner.capacity_tol,
-                       checkpoint and start_scale is not None, app.tuner.warmup_requests, app.replay.min_window_s)
-
-
-def trial_metrics(app: AppConfig, outcome: TrialOutcome, rates: Rates) -> dict[str, float]:
-    """The metrics a trial records: the measurement's, capacity in req/s; `partial_` when it was stopped."""
-    if outcome.measurement is None:
-        return {}
-    metrics = dict(outcome.measurement.metrics)
-    if app.tuner.objective is ObjectiveName.capacity:
-        metrics |= rates.capacity(outcome.measurement.values[0])
-        metrics["saturated"] = float(outcome.measurement.saturated)
-    if outcome.quality is not None:
-        metrics |= {"quality_token_agreement": outcome.quality.token_agreement,
-                    "quality_mean_kl": outcome.quality.mean_kl, "quality_sampling_tv": outcome.quality.sampling_tv}
-        if outcome.quality.task_score is not None:
-            metrics["quality_task_score"] = outcome.quality.task_score
-    if outcome.status is not TrialStatus.ok:
-        return {f"partial_{k}": v for k, v in metrics.items()}
-    return metrics
-
-
-def feasible(t: optuna.trial.FrozenTrial) -> bool:
-    ok = t.state is TrialState.COMPLETE and t.user_attrs.get("status") == TrialStatus.ok.value
-    return ok and all(c <= 0 for c in t.constraints.values())
 
 
 @dataclass
@@ -146,7 +104,7 @@ class TrialRunner:
                                             self.app.tuner.trial_timeout_s)
             except Interrupted:
                 raise self._interrupted(trial, run_id) from None
-        metrics = trial_metrics(self.app, outcome, self.rates)
+        metrics = trial_metrics(self.app.tuner.objective, outcome, self.rates)
         self._record(trial, outcome, config, metrics)
         self.tracker.end_trial(run_id, metrics, _run_state(outcome.status), outcome.reason,
                                list(outcome.measurement.latency_rows) if outcome.measurement else [],

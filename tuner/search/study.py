@@ -23,17 +23,15 @@ from tuner.config import AppConfig
 from tuner.interrupts import Interrupts
 from tuner.search.identity import StudyIdentity
 from tuner.search.samplers import build_pruner, build_sampler
-from tuner.search.space import BASELINE_ATTR, SearchSpace
+from tuner.search.space import SearchSpace
 from tuner.store.locking import store_lock
+from tuner.store.record import BASELINE_ATTR
 from tuner.store.storage import build_storage
 
 log = logging.getLogger("pagetune")
 
-__all__ = ["INTERRUPTED", "SEEDS_ATTR", "TrialFailed", "TrialInterrupted", "open_study", "requeue", "run_search",
+__all__ = ["SEEDS_ATTR", "TrialFailed", "TrialInterrupted", "open_study", "requeue", "run_search",
            "trials_counted"]
-
-INTERRUPTED = "interrupted"  # the `status` and `reason` user attrs of a trial a signal stopped
-
 
 class TrialFailed(Exception):
     """A trial ended without a measurement; Optuna records it as FAIL and the study goes on."""

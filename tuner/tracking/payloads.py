@@ -25,6 +25,7 @@ TAG_STOP_REASON = "pagetune.stop_reason"  # a trial stopped early on purpose (pr
 TAG_SKIPPED = "pagetune.skipped_metrics"
 TAG_TRUNCATED = "pagetune.truncated_params"
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own key: the UI nests children under the parent with it
+STATUS_TAG = "pagetune.trial_status"  # ok | infeasible | pruned | error | oom | timeout | died, on each child run
 TAG_NOTE = "mlflow.note.content"  # MLflow's own key: the run's description (markdown) on its page
 ROLE_STUDY = "study"
 ROLE_TRIAL = "trial"

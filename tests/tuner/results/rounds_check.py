@@ -10,11 +10,11 @@ from pathlib import Path
 from runtime import EngineConfig
 from tests.tuner.fakes import fake_app
 from tuner.config import SloConfig
+from tuner.executors.parallel import measurement_workers
+from tuner.executors.sim import SimExecutor
 from tuner.results import finalists
 from tuner.results.finalists import Candidate, remeasure
 from tuner.traffic import SAMPLE_TRAFFIC, ReplayWindow, arrival_rate, load_traffic, select
-from tuner.trials.parallel import measurement_workers
-from tuner.trials.sim import SimExecutor
 
 
 def _candidate(label: str, trial: int, max_num_seqs: int) -> Candidate:

@@ -11,9 +11,9 @@ import pytest
 
 from tests.tuner.fakes import FakeExecutor, run_fake_search, run_fake_study, window
 from tuner.interrupts import Interrupted
+from tuner.measure.job import TrialOutcome, TrialStatus
 from tuner.results.conclude import conclude
 from tuner.results.kept import KeptMeasurements
-from tuner.trials.job import TrialOutcome, TrialStatus
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.runtime.sim.sim_factories import write_tiny_profile
 from tests.tuner.fakes import FakeExecutor, fake_app
+from tuner.executors.sim import SimExecutor
 from tuner.results.conclude import measurements_planned
 from tuner.results.rounds import Rounds, conclusion_rounds
-from tuner.trials.sim import SimExecutor
 
 ROOT = Path(__file__).parents[3]
 
