@@ -376,6 +376,21 @@ class AppConfig:
         _check(self.replay.target is None or self.tuner.n_trials == 1, "tuner.n_trials",
                f"replay.target measures the server's own config, once: set tuner.n_trials=1, got {self.tuner.n_trials}")
 
+    @property
+    def measuring(self) -> Measuring:
+        """What the measuring phases read (the search's trials, the conclusion's re-measurements, an endpoint)."""
+        return Measuring(self.tuner, self.slo, self.replay.min_window_s)
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """How this study measures, as the phases after the edge take it (not the whole config): the tuner's
+    settings, the SLO, and the shortest span a capacity must hold (`tuner.measure.plan.plan_for`)."""
+
+    tuner: TunerConfig
+    slo: SloConfig
+    min_window_s: float  # replay.min_window_s
+
 
 # --- loading --------------------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[s
 
 
 def inversion_note(metrics: dict[str, float]) -> str:
-    """`; not monotone: ...` when a probe passed above a failing one (`trials.measure.inversions`), else ''."""
+    """`; not monotone: ...` when a probe passed above a failing one (`measure.measure.inversions`), else ''."""
     if "inversion_pass_scale" not in metrics:
         return ""
     window_rps = metrics["capacity_rps"] / metrics["capacity_scale"] if metrics.get("capacity_scale") else None

@@ -33,7 +33,8 @@ from tuner.measure.metrics import CLEAR_PASS_LOAD, decisive_failures
 from tuner.measure.plan import Rates
 from tuner.results.conclude import Conclusion, conclude
 from tuner.search.baseline import baseline_config
-from tuner.search.objective import TrialRunner
+from tuner.search.objective import Objective
+from tuner.search.recorder import TrialRecorder
 from tuner.search.samplers import build_pruner, build_sampler
 from tuner.search.space import SearchSpace
 from tuner.search.study import TrialFailed
@@ -101,7 +102,7 @@ def fake_app(*, seed: int = 0, trials: int = 10, finalists: int = 3, select_roun
 def run_fake_study(tmp: Path, executor: FakeExecutor, seed: int, **app_changes) -> tuple[Conclusion, optuna.Study]:
     """A whole study, search to verdict, on the fake executor: real Optuna, real pruner, real conclusion."""
     app, study = run_fake_search(tmp, executor, seed, **app_changes)
-    return conclude(executor, app, study, window("search"), window("validation", 40)), study
+    return conclude(executor, app.measuring, app.validation, study, window("search"), window("validation", 40)), study
 
 
 def run_fake_search(tmp: Path, executor: FakeExecutor, seed: int, **app_changes) -> tuple[AppConfig, optuna.Study]:
@@ -116,6 +117,7 @@ def run_fake_search(tmp: Path, executor: FakeExecutor, seed: int, **app_changes)
     space.enqueue_baseline(study, space.values_of(baseline))
     tracker = FallbackTracker(tmp / f"fallback-{seed}.jsonl", "test")
     rates = Rates(search.rate_rps, search.rate_rps, search.rate_rps)
-    runner = TrialRunner(app, space, executor, search, rates, baseline, tracker, "parent")
+    runner = Objective(app.measuring, app.runtime, app.quality, space, executor, search, rates, baseline,
+                       TrialRecorder(tracker, "parent"))
     study.optimize(runner, n_trials=app.tuner.n_trials, catch=(TrialFailed,))
     return app, study

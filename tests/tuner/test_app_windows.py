@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from tests.tuner.fakes import fake_app
-from tuner.app import _require_duration, _warn_if_no_miss_allowed
 from tuner.config import ReplayConfig, SloConfig
+from tuner.inputs import _require_duration, _warn_if_no_miss_allowed
 from tuner.traffic import ReplayWindow, TrafficError, TrafficRequest
 
 

@@ -1,6 +1,6 @@
 """Independent simulated measurements side by side, in processes, up to the cores this process may use.
 
-A simulated measurement (`trials.sim.SimExecutor`) is CPU work in this process on a virtual clock: its
+A simulated measurement (`executors.sim.SimExecutor`) is CPU work in this process on a virtual clock: its
 result does not depend on when it runs or on what runs beside it, so measurements that do not feed each
 other (the conclusion's rounds) can run at once. A real executor measures a device (one worker, one GPU) and
 an HTTP executor a server: on those, measurements beside each other would disturb each other, so they run

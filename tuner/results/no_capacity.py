@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from tuner.config import AppConfig, ObjectiveName, SloConfig
+from tuner.config import Measuring, ObjectiveName, SloConfig
 from tuner.executors.base import Executor
 from tuner.measure.job import MeasurePlan, TrialJob, TrialStatus
 from tuner.measure.metrics import meets_slo, slo_ratio
@@ -57,29 +57,29 @@ class NoCapacity(NamedTuple):
         return self.ranking[0] if self.ranking else None
 
 
-def measures_zero(app: AppConfig, candidates: Sequence[Candidate]) -> bool:
+def measures_zero(objective: ObjectiveName, candidates: Sequence[Candidate]) -> bool:
     """Capacity: every config's search measured 0 (no rate tried met the SLO)."""
-    return app.tuner.objective is ObjectiveName.capacity and all(c.search_value <= 0 for c in candidates)
+    return objective is ObjectiveName.capacity and all(c.search_value <= 0 for c in candidates)
 
 
-def measure_at_trace_rate(executor: Executor, app: AppConfig, candidates: Sequence[Candidate],
+def measure_at_trace_rate(executor: Executor, measuring: Measuring, candidates: Sequence[Candidate],
                           window: ReplayWindow, on_done: Callable[[], None] = lambda: None) -> NoCapacity:
     """One unstopped replay per config at the window's own rate, ranked by SLO load."""
-    unbounded = dataclasses.replace(app.slo, ttft_s=UNBOUNDED_S, tpot_s=UNBOUNDED_S, e2e_s=None)
-    plan = MeasurePlan(ObjectiveName.goodput, unbounded, repeats=1, warmup_requests=app.tuner.warmup_requests)
+    unbounded = dataclasses.replace(measuring.slo, ttft_s=UNBOUNDED_S, tpot_s=UNBOUNDED_S, e2e_s=None)
+    plan = MeasurePlan(ObjectiveName.goodput, unbounded, repeats=1, warmup_requests=measuring.tuner.warmup_requests)
     done: list[AtTraceRate] = []
     failed: list[str] = []
     for c in candidates:
         job = TrialJob(-1, c.config, None, window.key, plan)
-        outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, app.tuner.trial_timeout_s)
+        outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, measuring.tuner.trial_timeout_s)
         on_done()
         if outcome.status is not TrialStatus.ok or outcome.measurement is None:
             failed.append(f"{c.label} at the trace's own rate: {outcome.status.value}: {outcome.reason}")
             continue
         m = outcome.measurement
-        done.append(_at_trace_rate(c.label, m.metrics, m.latency_rows, app.slo))
+        done.append(_at_trace_rate(c.label, m.metrics, m.latency_rows, measuring.slo))
     ranking = sorted(done, key=lambda a: a.load)  # stable: the baseline first among equals
-    proposed = propose_slo(ranking[0].rows, app.slo) if ranking else None
+    proposed = propose_slo(ranking[0].rows, measuring.slo) if ranking else None
     return NoCapacity(ranking, proposed, window.rate_rps, failed)
 
 

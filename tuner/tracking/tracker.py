@@ -27,7 +27,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from sqlalchemy.exc import SQLAlchemyError
 
-from tuner.config import AppConfig
+from tuner.config import TrackingConfig
 from tuner.redact import describe_error, mask_text, mask_url
 from tuner.store.locking import store_lock
 from tuner.store.retry import Outages, StorageUnavailable
@@ -325,9 +325,10 @@ class Tracker(TrialLogging):
         return sorted(closed)
 
 
-def open_tracker(app: AppConfig, out_dir: Path) -> Tracker | FallbackTracker:
+def open_tracker(tracking: TrackingConfig, retry_s: float, out_dir: Path) -> Tracker | FallbackTracker:
     """The study's tracker, its store checked (under a lock: workers starting together on a fresh store);
-    the fallback file in `out_dir`. Raises TrackingError when the store is unreachable and must be."""
-    with store_lock(app.tracking.uri, "mlflow-tables"):
-        return Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
-                       fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=app.storage.retry_s).check()
+    the fallback file in `out_dir`; the store retried through an outage of `retry_s` (storage.retry_s).
+    Raises TrackingError when the store is unreachable and must be."""
+    with store_lock(tracking.uri, "mlflow-tables"):
+        return Tracker(tracking.uri, tracking.experiment, tracking.on_unreachable,
+                       fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=retry_s).check()
