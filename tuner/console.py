@@ -17,9 +17,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from tuner.measure.job import TrialOutcome, TrialStatus
 from tuner.redact import mask_text
 from tuner.results.kept import KeptMeasurements
+from tuner.rounding import rounded
 from tuner.search.study import TrialFailed
 from tuner.store.record import INTERRUPTED, is_baseline
-from tuner.tracking import rounded
 
 __all__ = ["SATURATED_WARNING", "Console", "interrupted_line", "inversion_note", "quiet_failed_trial_tracebacks",
            "trial_line"]

@@ -22,7 +22,6 @@ from runtime import (
     SIM_UNMODELLED,
     ConfigError,
     EngineConfig,
-    StepTimeModel,
     VirtualClock,
     load_profile,
     sim_engine,
@@ -42,22 +41,16 @@ GIB = 1 << 30
 class SimExecutor:
     """The `Executor` protocol over a GPU profile."""
 
-    def __init__(self, profile_path: Path, step_model: StepTimeModel | None = None,
-                 interrupts: Interrupts | None = None) -> None:
+    def __init__(self, profile_path: Path, interrupts: Interrupts | None = None) -> None:
         self.interrupts = interrupts or Interrupts()  # polled before every simulated step
         self.path = Path(profile_path)
         self.profile = load_profile(self.path)
         self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
-        self.step_model = step_model or self.profile.step_model
 
     @property
     def label(self) -> str:
         """What every simulated figure says it is: `simulated (profile: PATH, MODEL on GPU (versions))`."""
         return f"simulated (profile: {self.path}, {self.profile.label})"
-
-    def with_step_model(self, step_model: StepTimeModel) -> SimExecutor:
-        """The same profile with other step-time coefficients (a refit)."""
-        return SimExecutor(self.path, step_model, self.interrupts)
 
     def describe(self, config: EngineConfig) -> Hardware:
         d = self.profile.device
@@ -73,7 +66,7 @@ class SimExecutor:
         try:
             planned = sim_memory(job.config, self.profile)[2].budget_bytes / GIB
             clock = VirtualClock()
-            engine = sim_engine(job.config, self.profile, clock, self.step_model)
+            engine = sim_engine(job.config, self.profile, clock)
             setup_s = time.perf_counter() - start
             measurement, stopped_at = measure_window(engine_replay(engine, clock, self.interrupts.check), requests,
                                                      job.plan, on_progress, lambda: planned, on_checkpoint)

@@ -94,10 +94,12 @@ def _percentiles(name: str, values: Sequence[float]) -> dict[str, float]:
     return {f"{name}_p{q}_s": float(np.percentile(arr, q)) for q in PERCENTILES}
 
 
-def _slo_load(ratios: list[float], requests: int, slo: SloConfig) -> float:
-    """The ratio at the attainment target over the whole window (missing requests count as inf)."""
-    ordered = sorted(ratios) + [math.inf] * (requests - len(ratios))
-    return ordered[max(1, math.ceil(slo.attainment * requests - 1e-9)) - 1]
+def at_attainment(values: Sequence[float | None], attainment: float, count: int | None = None) -> float:
+    """The value that `attainment` of `count` requests (default: one per value) do not exceed, by nearest rank;
+    a None, and a request of `count` with no value (never finished), counts as inf. Nothing to rank: inf."""
+    count = len(values) if count is None else count
+    ordered = sorted(math.inf if v is None else v for v in values) + [math.inf] * (count - len(values))
+    return ordered[max(1, math.ceil(attainment * count - 1e-9)) - 1] if ordered else math.inf
 
 
 def summarize(result: ReplayResult, slo: SloConfig, peak_memory_gb: float) -> dict[str, float]:
@@ -124,7 +126,7 @@ def _summarize(result: ReplayResult, rows: Sequence[dict[str, Any]], slo: SloCon
         "output_tok_s": sum(r["output_tokens"] for r in done) / duration,
         "goodput_rps": good / duration,
         "slo_attainment": good / max(1, result.requests),
-        "slo_load": _slo_load(ratios, result.requests, slo),
+        "slo_load": at_attainment(ratios, slo.attainment, result.requests),  # the ratio at the attainment target
         "prefix_hit_rate": sum(r.cached_tokens for r in result.records) / max(1, prompt),
         "preemptions": float(sum(r.preemptions for r in result.records)),
         "peak_memory_gb": peak_memory_gb,

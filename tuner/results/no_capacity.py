@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from tuner.config import Measuring, ObjectiveName, SloConfig
 from tuner.executors.base import Executor
 from tuner.measure.job import MeasurePlan, TrialJob, TrialStatus
-from tuner.measure.metrics import meets_slo, slo_ratio
+from tuner.measure.metrics import at_attainment, meets_slo, slo_ratio
 from tuner.results.finalists import Candidate, Remeasured
 from tuner.results.verdict import Verdict
 from tuner.traffic import ReplayWindow
@@ -87,23 +87,17 @@ def _at_trace_rate(label: str, metrics: dict[str, float], rows: Sequence[dict[st
                    slo: SloConfig) -> AtTraceRate:
     meets = sum(meets_slo(r, slo) for r in rows) / max(1, len(rows))
     return AtTraceRate(label, metrics["ttft_p99_s"], metrics["tpot_p99_s"], meets,
-                       _at_target([slo_ratio(r, slo) for r in rows], slo.attainment), tuple(rows))
-
-
-def _at_target(values: Sequence[float], attainment: float) -> float:
-    """The value that `attainment` of the requests do not exceed (nearest rank; None counts as inf)."""
-    ordered = sorted(math.inf if v is None else v for v in values)
-    return ordered[max(1, math.ceil(attainment * len(ordered) - 1e-9)) - 1] if ordered else math.inf
+                       at_attainment([slo_ratio(r, slo) for r in rows], slo.attainment), tuple(rows))
 
 
 def propose_slo(rows: Sequence[dict[str, Any]], slo: SloConfig) -> SloConfig:
     """The SLO these requests meet at its attainment target: each bound kept where it holds, else raised to the
     value at the target (rounded up to 2 significant digits); both raised by the joint ratio if that is short."""
-    ttft = max(slo.ttft_s, _round_up(_at_target([r["ttft_s"] for r in rows], slo.attainment)))
-    tpot = max(slo.tpot_s, _round_up(_at_target([r["tpot_s"] for r in rows], slo.attainment)))
+    ttft = max(slo.ttft_s, _round_up(at_attainment([r["ttft_s"] for r in rows], slo.attainment)))
+    tpot = max(slo.tpot_s, _round_up(at_attainment([r["tpot_s"] for r in rows], slo.attainment)))
     proposed = dataclasses.replace(slo, ttft_s=ttft, tpot_s=tpot)
     if sum(meets_slo(r, proposed) for r in rows) < slo.attainment * len(rows) - 1e-9:
-        load = _at_target([slo_ratio(r, proposed) for r in rows], slo.attainment)
+        load = at_attainment([slo_ratio(r, proposed) for r in rows], slo.attainment)
         proposed = dataclasses.replace(proposed, ttft_s=_round_up(ttft * load), tpot_s=_round_up(tpot * load))
     return proposed
 

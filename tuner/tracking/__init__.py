@@ -20,7 +20,6 @@ from tuner.tracking.payloads import (
     RunState,
     TrackingError,
     review_link,
-    rounded,
 )
 from tuner.tracking.tracker import Tracker, open_tracker
 
@@ -41,5 +40,4 @@ __all__ = [
     "TrackingError",
     "open_tracker",
     "review_link",
-    "rounded",
 ]

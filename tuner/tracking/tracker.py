@@ -56,7 +56,7 @@ from tuner.tracking.payloads import (
     tags_to_strings,
 )
 from tuner.tracking.probe import probe
-from tuner.tracking.replay import replay_if_back
+from tuner.tracking.resend import Resent, resend
 
 __all__ = ["Tracker"]
 
@@ -156,10 +156,22 @@ class Tracker(TrialLogging):
 
     def _look_if_back(self) -> None:
         """While the store is away, at most every few seconds: when a probe passes, replay the fallback."""
-        if self._outage.due() and (done := replay_if_back(self)) is not None:
+        if self._outage.due() and (done := self._resend_if_back()) is not None:
             self._ids.update(done.ids)
             self._retry.reset()
             self._outage.end(done.written)
+
+    def _resend_if_back(self) -> Resent | None:
+        """Once a short probe passes, the fallback file re-sent through a tracker of the same store that fails
+        rather than falls back; None while the store is still away (or away again: the next look goes on from
+        the first record not written)."""
+        if not probe(self.uri, self.probe_timeout_s).reachable:
+            return None
+        resender = Tracker(self.uri, self.experiment, OnUnreachable.FAIL, artifact_location=self.artifact_location)
+        try:
+            return resend(self.fallback_path, resender)
+        except TrackingError:
+            return None
 
     def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T], *run_ids: str) -> T:
         """Run a store write; on a store error raise (fail) or, from then on until the store is back, send

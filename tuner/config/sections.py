@@ -1,109 +1,33 @@
-"""The tuner's configuration: one frozen dataclass per `conf/` group, and its Hydra schema.
-
-Each section is declared once, below, as a frozen dataclass with a comment on every field; its
-`__post_init__` checks values with messages that name the dotted key. These dataclasses (and the
-runtime's `EngineConfig`) hold every default: `conf/` holds only overrides and presets. Hydra needs
-mutable dataclasses, so `hydra_schema` derives a mutable twin of each (same fields, types, defaults)
-and the tree is registered in the ConfigStore as `pagetune_schema` (`tuner.schema`): an unknown or
-mistyped key fails at compose with Hydra's message naming the key. `load_app_config` turns the
-composed DictConfig into these frozen dataclasses with the runtime's one validator (`runtime.typed`).
-
-Nothing instantiates a class named by configuration: samplers, pruners and storages are built from
-enum names by fixed tables (`tuner.optuna_setup`).
-"""
+"""One frozen dataclass per `conf/` group (the search space, the SLO, the tuner, storage, tracking, replay,
+validation, quality, the executor), a comment on every field, each value checked in `__post_init__` with a
+message that names its dotted key."""
 
 from __future__ import annotations
 
-import copy
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING
 
-from runtime import ConfigError, EngineConfig, build_config
-from tuner.schema import hydra_schema
+from tuner.config.names import (
+    DEFAULT_PROFILE,
+    EXECUTOR_KINDS,
+    FIDELITIES,
+    LongPrompts,
+    ObjectiveName,
+    OnError,
+    PrunerName,
+    ResumeMode,
+    SamplerName,
+    StorageBackend,
+    check,
+)
 
-__all__ = [
-    "CONF_DIR", "DEFAULT_PROFILE", "AppConfig", "BaselineName",
-    "ExecutorConfig", "LongPrompts", "ObjectiveName", "OnError", "ParamConfig",
-    "PrunerName", "QualityConfig", "ReplayConfig", "ResumeMode", "SamplerName", "SearchConfig", "SloConfig",
-    "StorageBackend", "StorageConfig", "TrackingConfig", "TrafficFormat", "TunerConfig", "TunerConfigError",
-    "ValidationConfig", "VllmExecutorConfig", "WhenConfig", "load_app_config",
-]
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the Hydra config tree of the repository
-# The simulator's default GPU profile (python -m runtime.profile on an H200): what executor=auto simulates on a
-# machine without a GPU, and executor=sim without executor.profile.
-DEFAULT_PROFILE = CONF_DIR / "profiles" / "h200-llama-3-8b.json"
-EXECUTOR_KINDS = ("auto", "real", "sim", "vllm")
-FIDELITIES = ("single", "sim+real")
-
-
-class SamplerName(str, Enum):
-    tpe = "tpe"
-    gp = "gp"
-    nsga2 = "nsga2"
-    random = "random"
-    qmc = "qmc"
-
-
-class PrunerName(str, Enum):
-    incumbent = "incumbent"  # capacity: stop a candidate that fails the SLO at the incumbent's capacity
-    none = "none"
-
-
-class ObjectiveName(str, Enum):
-    capacity = "capacity"  # the highest arrival rate of the replayed window at which the SLO holds (req/s)
-    goodput = "goodput"  # requests/s meeting every SLO at the given rate, attainment as a constraint
-    pareto = "pareto"  # throughput vs. p99 latency, a Pareto front
-
-
-class BaselineName(str, Enum):
-    vllm = "vllm"  # `vllm serve`'s defaults on this device for the knobs pagetune shares with vLLM
-    runtime = "runtime"  # the composed runtime config as it is
-
-
-class ResumeMode(str, Enum):
-    auto = "auto"  # resume a study only when its fingerprint (traffic, window, model, objective...) matches
-    force = "force"  # resume whatever differs (recorded on the study)
-
-
-class StorageBackend(str, Enum):
-    rdb = "rdb"
-    journal = "journal"
-
-
-class TrafficFormat(str, Enum):
-    auto = "auto"
-    native = "native"
-    mooncake = "mooncake"
-    azure = "azure"
-    openai = "openai"
-
-
-class LongPrompts(str, Enum):
-    reject = "reject"
-    truncate = "truncate"
-
-
-# Functional form: `raise` is a keyword. Hydra matches enum values by member name.
-OnError = Enum("OnError", [("raise", "raise"), ("skip", "skip")], type=str)
-
-
-class TunerConfigError(ValueError):
-    """A tuner configuration value or key is wrong; the message names the dotted key."""
-
-
-def _check(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise TunerConfigError(f"{key}: {message}")
+__all__ = ["ExecutorConfig", "ParamConfig", "QualityConfig", "ReplayConfig", "SearchConfig", "SloConfig",
+           "StorageConfig", "TrackingConfig", "TunerConfig", "ValidationConfig", "VllmExecutorConfig", "WhenConfig"]
 
 
 @dataclass(frozen=True)
@@ -147,10 +71,10 @@ class SloConfig:
     attainment: float = 0.99  # share of requests that must meet every bound (0.99: the p99 SLO)
 
     def __post_init__(self) -> None:
-        _check(self.ttft_s > 0, "slo.ttft_s", f"must be > 0 seconds, got {self.ttft_s}")
-        _check(self.tpot_s > 0, "slo.tpot_s", f"must be > 0 seconds, got {self.tpot_s}")
-        _check(self.e2e_s is None or self.e2e_s > 0, "slo.e2e_s", f"must be > 0 seconds, got {self.e2e_s}")
-        _check(0.0 < self.attainment <= 1.0, "slo.attainment", f"must be in (0, 1], got {self.attainment}")
+        check(self.ttft_s > 0, "slo.ttft_s", f"must be > 0 seconds, got {self.ttft_s}")
+        check(self.tpot_s > 0, "slo.tpot_s", f"must be > 0 seconds, got {self.tpot_s}")
+        check(self.e2e_s is None or self.e2e_s > 0, "slo.e2e_s", f"must be > 0 seconds, got {self.e2e_s}")
+        check(0.0 < self.attainment <= 1.0, "slo.attainment", f"must be in (0, 1], got {self.attainment}")
 
 
 @dataclass(frozen=True)
@@ -182,19 +106,19 @@ class TunerConfig:
         for name, low in (("n_trials", 1), ("n_startup_trials", 0), ("population_size", 2), ("repeats", 1),
                           ("finalists", 1), ("warmup_requests", 0)):
             value = getattr(self, name)
-            _check(value >= low, f"tuner.{name}", f"must be >= {low}, got {value}")
-        _check(self.study_name is None or bool(self.study_name), "tuner.study_name", "must not be empty")
-        _check(0.001 <= self.capacity_tol <= 1.0, "tuner.capacity_tol",
+            check(value >= low, f"tuner.{name}", f"must be >= {low}, got {value}")
+        check(self.study_name is None or bool(self.study_name), "tuner.study_name", "must not be empty")
+        check(0.001 <= self.capacity_tol <= 1.0, "tuner.capacity_tol",
                f"must be in [0.001, 1], got {self.capacity_tol}")
-        _check(self.trial_timeout_s > 0, "tuner.trial_timeout_s", f"must be > 0, got {self.trial_timeout_s}")
-        _check(self.timeout_s is None or self.timeout_s > 0, "tuner.timeout_s",
+        check(self.trial_timeout_s > 0, "tuner.trial_timeout_s", f"must be > 0, got {self.trial_timeout_s}")
+        check(self.timeout_s is None or self.timeout_s > 0, "tuner.timeout_s",
                f"must be > 0, got {self.timeout_s}")
-        _check(self.worker_threads is None or self.worker_threads >= 1, "tuner.worker_threads",
+        check(self.worker_threads is None or self.worker_threads >= 1, "tuner.worker_threads",
                f"must be >= 1 or null, got {self.worker_threads}")
         # Finite: the worker turns it into an int of bytes for setrlimit (int(inf) would kill every worker).
-        _check(self.worker_memory_gb is None or 0 < self.worker_memory_gb < math.inf, "tuner.worker_memory_gb",
+        check(self.worker_memory_gb is None or 0 < self.worker_memory_gb < math.inf, "tuner.worker_memory_gb",
                f"must be > 0 and finite, or null, got {self.worker_memory_gb}")
-        _check(self.fidelity in FIDELITIES, "tuner.fidelity", f"must be one of {FIDELITIES}, got {self.fidelity!r}")
+        check(self.fidelity in FIDELITIES, "tuner.fidelity", f"must be one of {FIDELITIES}, got {self.fidelity!r}")
 
     @property
     def directions(self) -> tuple[str, ...]:
@@ -214,15 +138,15 @@ class StorageConfig:
     retry_s: float = 120.0  # RDB: a storage call is retried (with backoff) through an outage this long, then fails
 
     def __post_init__(self) -> None:
-        _check(bool(self.url), "storage.url", "must not be empty")
-        _check(self.backend is StorageBackend.journal or "://" in self.url, "storage.url",
+        check(bool(self.url), "storage.url", "must not be empty")
+        check(self.backend is StorageBackend.journal or "://" in self.url, "storage.url",
                f"expected an SQLAlchemy URL such as sqlite:///optuna.db, got {self.url!r}")
-        _check(self.heartbeat_interval_s >= 1, "storage.heartbeat_interval_s",
+        check(self.heartbeat_interval_s >= 1, "storage.heartbeat_interval_s",
                f"must be >= 1, got {self.heartbeat_interval_s}")
-        _check(self.grace_period_s > self.heartbeat_interval_s, "storage.grace_period_s",
+        check(self.grace_period_s > self.heartbeat_interval_s, "storage.grace_period_s",
                f"must be > storage.heartbeat_interval_s, got {self.grace_period_s}")
-        _check(self.max_retry >= 0, "storage.max_retry", f"must be >= 0, got {self.max_retry}")
-        _check(self.retry_s >= 0, "storage.retry_s", f"must be >= 0, got {self.retry_s}")
+        check(self.max_retry >= 0, "storage.max_retry", f"must be >= 0, got {self.max_retry}")
+        check(self.retry_s >= 0, "storage.retry_s", f"must be >= 0, got {self.retry_s}")
 
 
 @dataclass(frozen=True)
@@ -234,9 +158,9 @@ class TrackingConfig:
     on_unreachable: str = "fail"  # fail: stop before any trial | continue: run, buffer results to a JSONL file
 
     def __post_init__(self) -> None:
-        _check(bool(self.uri), "tracking.uri", "must not be empty")
-        _check(bool(self.experiment), "tracking.experiment", "must not be empty")
-        _check(self.on_unreachable in ("fail", "continue"), "tracking.on_unreachable",
+        check(bool(self.uri), "tracking.uri", "must not be empty")
+        check(bool(self.experiment), "tracking.experiment", "must not be empty")
+        check(self.on_unreachable in ("fail", "continue"), "tracking.on_unreachable",
                f"must be fail or continue, got {self.on_unreachable!r}")
 
 
@@ -262,19 +186,19 @@ class ReplayConfig:
     target: str | None = None
 
     def __post_init__(self) -> None:
-        _check(self.target is None or re.fullmatch(r"https?://[^/\s]+(/\S*)?", self.target) is not None,
+        check(self.target is None or re.fullmatch(r"https?://[^/\s]+(/\S*)?", self.target) is not None,
                "replay.target", f"expected the server's API root, e.g. http://127.0.0.1:8000/v1, got {self.target!r}")
-        _check(self.time_scale > 0, "replay.time_scale", f"must be > 0, got {self.time_scale}")
-        _check(self.start_s >= 0, "replay.start_s", f"must be >= 0 seconds, got {self.start_s}")
-        _check(self.duration_s is None or self.duration_s > 0, "replay.duration_s",
+        check(self.time_scale > 0, "replay.time_scale", f"must be > 0, got {self.time_scale}")
+        check(self.start_s >= 0, "replay.start_s", f"must be >= 0 seconds, got {self.start_s}")
+        check(self.duration_s is None or self.duration_s > 0, "replay.duration_s",
                f"must be > 0 seconds, got {self.duration_s}")
-        _check(self.max_requests is None or self.max_requests >= 1, "replay.max_requests",
+        check(self.max_requests is None or self.max_requests >= 1, "replay.max_requests",
                f"must be >= 1, got {self.max_requests}")
-        _check(self.sample is None or 0.0 < self.sample <= 1.0, "replay.sample",
+        check(self.sample is None or 0.0 < self.sample <= 1.0, "replay.sample",
                f"must be in (0, 1], got {self.sample}")
-        _check(0.0 <= self.min_window_s < math.inf, "replay.min_window_s",
+        check(0.0 <= self.min_window_s < math.inf, "replay.min_window_s",
                f"must be >= 0 seconds and finite, got {self.min_window_s}")
-        _check(0.0 <= self.max_rejected_share <= 1.0, "replay.max_rejected_share",
+        check(0.0 <= self.max_rejected_share <= 1.0, "replay.max_rejected_share",
                f"must be in [0, 1], got {self.max_rejected_share}")
 
 
@@ -288,10 +212,10 @@ class ValidationConfig:
     proof_rounds: int = 8  # interleaved rounds measuring the pick and the baseline on the held-out window
 
     def __post_init__(self) -> None:
-        _check(0.0 <= self.holdout_fraction < 1.0, "validation.holdout_fraction",
+        check(0.0 <= self.holdout_fraction < 1.0, "validation.holdout_fraction",
                f"must be in [0, 1), got {self.holdout_fraction}")
-        _check(self.select_rounds >= 1, "validation.select_rounds", f"must be >= 1, got {self.select_rounds}")
-        _check(self.proof_rounds >= 2, "validation.proof_rounds",
+        check(self.select_rounds >= 1, "validation.select_rounds", f"must be >= 1, got {self.select_rounds}")
+        check(self.proof_rounds >= 2, "validation.proof_rounds",
                f"must be >= 2 (an interval needs two), got {self.proof_rounds}")
 
 
@@ -309,10 +233,10 @@ class QualityConfig:
     def __post_init__(self) -> None:
         for name in ("min_token_agreement", "min_task_score", "max_sampling_tv"):
             value = getattr(self, name)
-            _check(0.0 <= value <= 1.0, f"quality.{name}", f"must be in [0, 1], got {value}")
-        _check(self.max_mean_kl >= 0, "quality.max_mean_kl", f"must be >= 0, got {self.max_mean_kl}")
+            check(0.0 <= value <= 1.0, f"quality.{name}", f"must be in [0, 1], got {value}")
+        check(self.max_mean_kl >= 0, "quality.max_mean_kl", f"must be >= 0, got {self.max_mean_kl}")
         for name in ("probe_size", "probe_max_tokens"):
-            _check(getattr(self, name) >= 1, f"quality.{name}", f"must be >= 1, got {getattr(self, name)}")
+            check(getattr(self, name) >= 1, f"quality.{name}", f"must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -331,10 +255,10 @@ class VllmExecutorConfig:
     only_args: bool = False  # write no runtime knob, only `vllm.*` ones (tuner.vllm_check: a file as it is)
 
     def __post_init__(self) -> None:
-        _check(bool(self.command), "executor.vllm.command", "must name the program, e.g. [vllm]")
-        _check(self.probe is None or bool(self.probe), "executor.vllm.probe", "must be null or a command")
+        check(bool(self.command), "executor.vllm.command", "must name the program, e.g. [vllm]")
+        check(self.probe is None or bool(self.probe), "executor.vllm.probe", "must be null or a command")
         for name in ("start_timeout_s", "stop_grace_s"):
-            _check(getattr(self, name) > 0, f"executor.vllm.{name}", f"must be > 0, got {getattr(self, name)}")
+            check(getattr(self, name) > 0, f"executor.vllm.{name}", f"must be > 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -347,92 +271,8 @@ class ExecutorConfig:
     vllm: VllmExecutorConfig = field(default_factory=VllmExecutorConfig)  # executor=vllm only
 
     def __post_init__(self) -> None:
-        _check(self.kind in EXECUTOR_KINDS, "executor.kind", f"must be one of {EXECUTOR_KINDS}, got {self.kind!r}")
+        check(self.kind in EXECUTOR_KINDS, "executor.kind", f"must be one of {EXECUTOR_KINDS}, got {self.kind!r}")
 
     @property
     def profile_path(self) -> Path:
         return self.profile if self.profile is not None else DEFAULT_PROFILE
-
-
-@dataclass(frozen=True)
-class AppConfig:
-    """Everything `python -m tuner` runs with, validated."""
-
-    traffic: Path  # the recorded request log (`+traffic=PATH` or `traffic=PATH`)
-    traffic_format: TrafficFormat = TrafficFormat.auto  # auto: detected from content
-    baseline: BaselineName = BaselineName.vllm  # vllm: `vllm serve`'s defaults on this device | runtime
-    runtime: EngineConfig = field(default_factory=EngineConfig)  # the engine config trials start from
-    search: SearchConfig = field(default_factory=SearchConfig)
-    slo: SloConfig = field(default_factory=SloConfig)
-    tuner: TunerConfig = field(default_factory=TunerConfig)
-    storage: StorageConfig = field(default_factory=StorageConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
-    validation: ValidationConfig = field(default_factory=ValidationConfig)
-    quality: QualityConfig = field(default_factory=QualityConfig)
-    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
-
-    def __post_init__(self) -> None:
-        _check(self.replay.target is None or self.tuner.n_trials == 1, "tuner.n_trials",
-               f"replay.target measures the server's own config, once: set tuner.n_trials=1, got {self.tuner.n_trials}")
-
-    @property
-    def measuring(self) -> Measuring:
-        """What the measuring phases read (the search's trials, the conclusion's re-measurements, an endpoint)."""
-        return Measuring(self.tuner, self.slo, self.replay.min_window_s)
-
-
-@dataclass(frozen=True)
-class Measuring:
-    """How this study measures, as the phases after the edge take it (not the whole config): the tuner's
-    settings, the SLO, and the shortest span a capacity must hold (`tuner.measure.plan.plan_for`)."""
-
-    tuner: TunerConfig
-    slo: SloConfig
-    min_window_s: float  # replay.min_window_s
-
-
-# --- loading --------------------------------------------------------------------------------------
-
-def load_app_config(cfg: DictConfig | Mapping[str, Any]) -> AppConfig:
-    """Validate a composed config into frozen dataclasses; errors name the dotted key."""
-    data = _to_plain(cfg)
-    traffic = data.pop("traffic", None)
-    if traffic is None:
-        raise TunerConfigError("traffic is not set: pass the request log, "
-                               "e.g. `python -m tuner +traffic=logs.jsonl`")
-    path = Path(str(traffic))
-    _check(path.is_file(), "traffic", f"no such file: {path}")
-    runtime = _engine_config(data.pop("runtime", {}))
-    return build_config(AppConfig, {**data, "traffic": path, "runtime": runtime}, TunerConfigError)
-
-
-def _to_plain(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    if not isinstance(cfg, DictConfig):
-        return copy.deepcopy(dict(cfg))
-    if "hydra" in cfg:  # compose(return_hydra_config=True): Hydra's own node only resolves inside a run
-        cfg = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
-    try:  # resolves ${oc.env:...}; a missing value or variable names its key
-        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
-    except OmegaConfBaseException as e:
-        first_line = str(e).splitlines()[0]
-        raise TunerConfigError(f"{getattr(e, 'full_key', None) or 'config'}: {first_line}") from None
-
-
-def _engine_config(section: Any) -> EngineConfig:
-    try:
-        return EngineConfig.from_mapping(section)
-    except ConfigError as e:  # its keys are relative to the runtime section
-        message = str(e)
-        if message.startswith("unknown key "):  # "unknown key 'cache.x'" -> "unknown key 'runtime.cache.x'"
-            raise TunerConfigError(re.sub(r"^unknown key '?", r"\g<0>runtime.", message)) from None
-        raise TunerConfigError(f"runtime.{message}") from None
-
-
-def traffic_stem(path: str | Path) -> str:
-    """The traffic file's name without its suffixes (`logs.jsonl.gz` -> `logs`): the default study name's start."""
-    return Path(str(path)).name.split(".")[0] or "traffic"
-
-
-# The root of conf/config.yaml's defaults list; every group is typed through it.
-ConfigStore.instance().store(name="pagetune_schema", node=hydra_schema(AppConfig))

@@ -1,8 +1,9 @@
-"""Replay a tracking fallback file into MLflow: what a study recorded while the store was away.
+"""Re-send a tracking fallback file to MLflow: what a study recorded while the store was away.
 
-    python -m tuner.tracking.replay OUTPUT/tracking-fallback.jsonl --uri http://mlflow:5000 [--experiment pagetune]
+    python -m tuner.tracking OUTPUT/tracking-fallback.jsonl --uri http://mlflow:5000 [--experiment pagetune]
 
-The tracker does the same by itself when the store comes back during the study. Each line is one
+The tracker does the same by itself when the store comes back during the study (`Tracker`'s `_resend_if_back`,
+through `resend` here: this module takes any tracker and imports none). Each line is one
 call of the tracker (`tracking.fallback`), replayed in order through a `Tracker` that fails rather
 than falls back. Lines replayed are counted in `<file>.replayed`, so a replay that stops (the store
 went away again) resumes at the first line it did not write, and no line is written twice.
@@ -14,23 +15,19 @@ earlier replay began.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tuner.redact import mask_url
 from tuner.tracking import runs
 from tuner.tracking.fallback import OFFLINE_PREFIX, is_offline
-from tuner.tracking.payloads import OnUnreachable, RunState, TrackingError
-from tuner.tracking.probe import probe
+from tuner.tracking.payloads import RunState, TrackingError
 
-__all__ = ["Replayed", "replay", "replay_if_back"]
+__all__ = ["Resent", "lines_resent", "resend"]
 
 
-class Replayed(NamedTuple):
+class Resent(NamedTuple):
     written: int  # lines of the file written to MLflow by this replay
     ids: dict[str, str]  # each offline run id met -> its MLflow run id
 
@@ -41,7 +38,7 @@ def _done_path(path: Path) -> Path:
     return path.with_name(path.name + ".replayed")
 
 
-def lines_replayed(path: Path) -> int:
+def lines_resent(path: Path) -> int:
     done = _done_path(path)
     return int(done.read_text()) if done.exists() else 0
 
@@ -105,49 +102,13 @@ def _apply(tracker: Any, ids: _Ids, e: Mapping[str, Any]) -> None:
         tracker.finish_study(ids.real(e["run_id"]), RunState(e["state"]))
 
 
-def replay(path: Path, tracker: Any) -> Replayed:
+def resend(path: Path, tracker: Any) -> Resent:
     """Write the lines of `path` not yet replayed through `tracker` (which must raise, not fall back). Stops at
     the first that fails (TrackingError), counting those written before it."""
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    start = lines_replayed(path)
+    start = lines_resent(path)
     ids = _Ids(tracker)
     for number, line in enumerate(lines[start:], start=start + 1):
         _apply(tracker, ids, json.loads(line))
         _done_path(path).write_text(str(number))
-    return Replayed(len(lines) - start, ids.known)
-
-
-def replay_if_back(tracker: Any) -> Replayed | None:
-    """While `tracker`'s store was away: once a short probe passes, its fallback file replayed through a tracker
-    of the same store that fails rather than falls back; None while the store is still away."""
-    from tuner.tracking.tracker import Tracker  # it builds on this module
-
-    if not probe(tracker.uri, tracker.probe_timeout_s).reachable:
-        return None
-    replayer = Tracker(tracker.uri, tracker.experiment, OnUnreachable.FAIL,
-                       artifact_location=tracker.artifact_location)
-    try:
-        return replay(tracker.fallback_path, replayer)
-    except TrackingError:
-        return None  # away again: the next look goes on from the first record not written
-
-
-def main(argv: list[str] | None = None) -> int:
-    from tuner.tracking.tracker import Tracker
-
-    parser = argparse.ArgumentParser(prog="python -m tuner.tracking.replay", description=__doc__.splitlines()[0])
-    parser.add_argument("fallback", type=Path, help="tracking-fallback.jsonl of a study's output folder")
-    parser.add_argument("--uri", required=True, help="the MLflow tracking URI to write to")
-    parser.add_argument("--experiment", default="pagetune", help="MLflow experiment (tracking.experiment)")
-    args = parser.parse_args(argv)
-    try:
-        written = replay(args.fallback, Tracker(args.uri, args.experiment).check()).written
-    except (TrackingError, OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"replayed {written} records of {args.fallback} into {mask_url(args.uri)} "
-          f"({lines_replayed(args.fallback)} in all)")
-    return 0
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Resent(len(lines) - start, ids.known)
