@@ -46,10 +46,10 @@ from runtime import EngineConfig
 from runtime.model.presets import preset_config
 from runtime.serve.cli import ENGINE_MODES
 from tuner.config import SloConfig
+from tuner.measure.http_replay import http_replay
+from tuner.measure.metrics import summarize
+from tuner.measure.timeline import ReplayResult
 from tuner.traffic import TrafficRequest
-from tuner.trials.http_replay import http_replay
-from tuner.trials.metrics import summarize
-from tuner.trials.timeline import ReplayResult
 
 ROOT = Path(__file__).resolve().parents[1]
 

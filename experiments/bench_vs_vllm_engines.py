@@ -93,7 +93,7 @@ class PagetuneSide:
     def __init__(self, model: str, knobs: dict[str, Any]) -> None:
         from runtime import EngineConfig, LLMEngine
         from runtime.warmup import warm_up
-        from tuner.trials.replay import ReplayClock
+        from tuner.measure.replay import ReplayClock
 
         t0 = time.perf_counter()
         self.clock = ReplayClock()
@@ -129,8 +129,8 @@ class PagetuneSide:
         return {"wall_s": wall, "graphs": self.events.summary(), "compiles": log.summary()}
 
     def open_loop(self, ps: list[list[int]], outs: list[int], at: list[float]) -> dict[str, Any]:
+        from tuner.measure.replay import replay
         from tuner.traffic import TrafficRequest
-        from tuner.trials.replay import replay
 
         reqs = [TrafficRequest(f"o{i}", a, tuple(p), o, f"bench:{i}") for i, (p, o, a) in enumerate(zip(ps, outs, at))]
         self.events.summary()

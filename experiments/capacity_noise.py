@@ -17,9 +17,9 @@ import time
 from experiments.record import add_record_args, emit
 from runtime import EngineConfig
 from tuner.config import ObjectiveName, SloConfig
+from tuner.executors.supervisor import WorkerSupervisor
+from tuner.measure.job import MeasurePlan, TrialJob
 from tuner.traffic import SAMPLE_TRAFFIC, arrival_rate, load_traffic, select, split_windows
-from tuner.trials.job import MeasurePlan, TrialJob
-from tuner.trials.supervisor import WorkerSupervisor
 
 
 def main() -> None:

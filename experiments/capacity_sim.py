@@ -7,12 +7,12 @@ from __future__ import annotations
 from experiments.sim_lab import run_sim
 from runtime import EngineConfig, GpuProfile, VirtualClock, sim_engine
 from tuner.config import ObjectiveName, SloConfig
+from tuner.measure.job import Measurement, MeasurePlan
+from tuner.measure.measure import measure
+from tuner.measure.metrics import summarize
+from tuner.measure.replay import engine_replay, replay
+from tuner.measure.window import WindowReplayer
 from tuner.traffic import rebase
-from tuner.trials.job import Measurement, MeasurePlan
-from tuner.trials.measure import WindowReplayer, measure
-from tuner.trials.metrics import summarize
-from tuner.trials.replay import replay
-from tuner.trials.replayer import engine_replay
 
 POINT = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "output_tok_s")
 ORDER = ("base", "small-budget", "no-graphs", "few-seqs", "tiers", "block-32")  # most telling first

@@ -19,8 +19,8 @@ import torch
 from experiments.record import add_record_args, emit
 from runtime import EngineConfig, WeightCache, load_tokenizer
 from tuner.config import QualityConfig
-from tuner.trials.probes import TASKS, TEXTS
-from tuner.trials.quality import compare, run_probe
+from tuner.executors.probes import TASKS, TEXTS
+from tuner.executors.quality import compare, run_probe
 
 KNOBS = [("qk_clip=32", {"qk_clip": 32.0}), ("qk_clip=16", {"qk_clip": 16.0}), ("qk_clip=8", {"qk_clip": 8.0}),
          ("qk_clip=4", {"qk_clip": 4.0}), ("qk_clip=2", {"qk_clip": 2.0}), ("qk_clip=1", {"qk_clip": 1.0}),

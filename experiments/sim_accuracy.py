@@ -45,8 +45,8 @@ from experiments.sim_lab import (
 from experiments.windows import ACCURACY_WINDOWS, Window
 from runtime import EngineConfig, GpuProfile, LLMEngine, StepLog, load_profile, refit_profile, save_profile
 from tuner.config import SloConfig
-from tuner.trials.metrics import summarize
-from tuner.trials.replay import ReplayClock, replay
+from tuner.measure.metrics import summarize
+from tuner.measure.replay import ReplayClock, replay
 
 METRICS = ("output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
 CPU_REQUESTS = 40  # of a window on --cpu

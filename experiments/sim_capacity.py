@@ -14,7 +14,7 @@
     # on a CPU, the tiny model against a small-grid profile made on the spot (mechanics only):
     python -m experiments.sim_capacity --cpu
 
-Capacity is measured exactly as a trial measures it (`tuner.trials.measure`, the default SLO: TTFT 2 s,
+Capacity is measured exactly as a trial measures it (`tuner.measure.measure`, the default SLO: TTFT 2 s,
 TPOT 0.1 s, attainment 0.99): the highest rate scale of the window whose probe passes. The simulated
 search (one replay a probe: it is deterministic) brackets from x1 and bisects to 2%. The real one
 starts where the tuner's first trial starts, at the window's own rate (x2 steps, squared), never at the
@@ -71,12 +71,12 @@ from experiments.sim_lab import configs, cpu_profile, engine_config, measure_rea
 from experiments.windows import CAPACITY_WINDOWS, Window, rate_rps, window_requests
 from runtime import EngineConfig, GpuProfile, LLMEngine, StepLog, load_profile
 from tuner.config import ObjectiveName, SloConfig
+from tuner.measure.job import MeasurePlan, ReplaySummary
+from tuner.measure.measure import measure
+from tuner.measure.metrics import summarize
+from tuner.measure.replay import ReplayClock, engine_replay
+from tuner.measure.window import WindowReplayer
 from tuner.traffic import rebase
-from tuner.trials.job import MeasurePlan, ReplaySummary
-from tuner.trials.measure import WindowReplayer, measure
-from tuner.trials.metrics import summarize
-from tuner.trials.replay import ReplayClock
-from tuner.trials.replayer import engine_replay
 
 
 def real_plan(start: float, slo: SloConfig, step: float = 1.15, tol: float = 0.05) -> MeasurePlan:

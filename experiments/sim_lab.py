@@ -17,8 +17,8 @@ from typing import Any
 from experiments.windows import Window, base_knobs, rate_rps, window_requests
 from runtime import EngineConfig, GpuProfile, VirtualClock, sim_engine
 from tuner.config import SloConfig
-from tuner.trials.metrics import summarize
-from tuner.trials.replay import replay
+from tuner.measure.metrics import summarize
+from tuner.measure.replay import replay
 
 # (config name, its engine config, the model, the window's requests, the window's record, a save of the whole
 # file) -> the console's line; fills record["configs"][name] (and may add to record["rows"])

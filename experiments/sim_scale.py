@@ -52,8 +52,8 @@ def illustrative_profile(path: Path) -> Path:
 
 def replay_once(profile: GpuProfile, trace: Path, scale: float) -> int:
     from runtime import EngineConfig, VirtualClock, engine_limits, sim_engine
+    from tuner.measure.replay import replay
     from tuner.traffic import load_traffic, select
-    from tuner.trials.replay import replay
 
     config = EngineConfig.from_flat(profile.model)
     limit = engine_limits(config, profile.info).max_model_len

@@ -1,6 +1,6 @@
 """The first-replay penalty, with and without the warm-up: each setting in a fresh worker process.
 
-A fresh worker replays the same window N times through one engine (the trial path: `tuner.trials.run`);
+A fresh worker replays the same window N times through one engine (the trial path: `tuner.executors.run`);
 the table gives each replay's busy time and the first one against the median of the others. Without
 the warm-up the first replay pays for kernel compilation and first-call setup; with it (the first
 requests replayed at once and discarded) it should not.
@@ -16,9 +16,9 @@ import statistics
 from experiments.record import add_record_args, emit
 from runtime import EngineConfig
 from tuner.config import ObjectiveName, SloConfig
+from tuner.executors.supervisor import WorkerSupervisor
+from tuner.measure.job import MeasurePlan, TrialJob
 from tuner.traffic import SAMPLE_TRAFFIC, load_traffic, select
-from tuner.trials.job import MeasurePlan, TrialJob
-from tuner.trials.supervisor import WorkerSupervisor
 
 
 def busy_times(config: EngineConfig, requests, repeats: int, warmup: int) -> list[float]:

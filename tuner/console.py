@@ -14,12 +14,12 @@ import optuna
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from tuner.measure.job import TrialOutcome, TrialStatus
 from tuner.redact import mask_text
 from tuner.results.kept import KeptMeasurements
-from tuner.search.space import is_baseline
-from tuner.search.study import INTERRUPTED, TrialFailed
-from tuner.tracking import rounded
-from tuner.trials.job import TrialOutcome, TrialStatus
+from tuner.rounding import rounded
+from tuner.search.study import TrialFailed
+from tuner.store.record import INTERRUPTED, is_baseline
 
 __all__ = ["SATURATED_WARNING", "Console", "interrupted_line", "inversion_note", "quiet_failed_trial_tracebacks",
            "trial_line"]
@@ -45,7 +45,7 @@ def trial_line(trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[s
 
 
 def inversion_note(metrics: dict[str, float]) -> str:
-    """`; not monotone: ...` when a probe passed above a failing one (`trials.measure.inversions`), else ''."""
+    """`; not monotone: ...` when a probe passed above a failing one (`measure.measure.inversions`), else ''."""
     if "inversion_pass_scale" not in metrics:
         return ""
     window_rps = metrics["capacity_rps"] / metrics["capacity_scale"] if metrics.get("capacity_scale") else None

@@ -8,7 +8,7 @@
                    and the command exits 128 + the signal (130 SIGINT, 143 SIGTERM)
     second signal  the worker is killed and the process exits at once, with the same code
 
-The worker process ignores both (`trials.supervisor`): a Ctrl-C in a terminal reaches the whole process
+The worker process ignores both (`executors.supervisor`): a Ctrl-C in a terminal reaches the whole process
 group, and only the parent decides what happens to a trial.
 """
 

@@ -1,7 +1,7 @@
 """A test double of the trial executor with a known capacity and known noise (public, as `optuna.testing` is:
 the tests and `experiments.verdict_power` use it).
 
-It runs the real measurement (`tuner.trials.measure`: probes, majority repeats, bracket and bisect,
+It runs the real measurement (`tuner.measure.measure`: probes, majority repeats, bracket and bisect,
 the checkpoint) on replays it synthesizes instead of replaying through an engine: each replay's
 effective capacity is the config's true capacity times exp(N(0, noise)), and SLO attainment falls
 off linearly past it. Everything above the executor (the Optuna study, the incumbent pruner, the
@@ -28,17 +28,19 @@ from tuner.config import (
     TunerConfig,
     ValidationConfig,
 )
+from tuner.measure.job import Hardware, ReplaySummary, TrialJob, TrialOutcome, TrialStatus
+from tuner.measure.measure import measure
+from tuner.measure.metrics import CLEAR_PASS_LOAD, decisive_failures
+from tuner.measure.plan import Rates
 from tuner.results.conclude import Conclusion, conclude
 from tuner.search.baseline import baseline_config
-from tuner.search.objective import Rates, TrialRunner
+from tuner.search.objective import Objective
+from tuner.search.recorder import TrialRecorder
 from tuner.search.samplers import build_pruner, build_sampler
 from tuner.search.space import SearchSpace
 from tuner.search.study import TrialFailed
 from tuner.tracking import FallbackTracker
 from tuner.traffic import SAMPLE_TRAFFIC, ReplayWindow, TrafficRequest, arrival_rate
-from tuner.trials.job import Hardware, ReplaySummary, TrialJob, TrialOutcome, TrialStatus
-from tuner.trials.measure import measure
-from tuner.trials.metrics import CLEAR_PASS_LOAD, decisive_failures
 
 FALLOFF = 2.0  # attainment lost per unit of load past capacity
 
@@ -100,7 +102,7 @@ def fake_app(*, seed: int = 0, trials: int = 10, finalists: int = 3, select_roun
 def run_fake_study(tmp: Path, executor: FakeExecutor, seed: int, **app_changes) -> tuple[Conclusion, optuna.Study]:
     """A whole study, search to verdict, on the fake executor: real Optuna, real pruner, real conclusion."""
     app, study = run_fake_search(tmp, executor, seed, **app_changes)
-    return conclude(executor, app, study, window("search"), window("validation", 40)), study
+    return conclude(executor, app.measuring, app.validation, study, window("search"), window("validation", 40)), study
 
 
 def run_fake_search(tmp: Path, executor: FakeExecutor, seed: int, **app_changes) -> tuple[AppConfig, optuna.Study]:
@@ -115,6 +117,7 @@ def run_fake_search(tmp: Path, executor: FakeExecutor, seed: int, **app_changes)
     space.enqueue_baseline(study, space.values_of(baseline))
     tracker = FallbackTracker(tmp / f"fallback-{seed}.jsonl", "test")
     rates = Rates(search.rate_rps, search.rate_rps, search.rate_rps)
-    runner = TrialRunner(app, space, executor, search, rates, baseline, tracker, "parent")
+    runner = Objective(app.measuring, app.runtime, app.quality, space, executor, search, rates, baseline,
+                       TrialRecorder(tracker, "parent"))
     study.optimize(runner, n_trials=app.tuner.n_trials, catch=(TrialFailed,))
     return app, study

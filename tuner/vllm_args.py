@@ -2,7 +2,7 @@
 
 An argument list is what `EngineArgs.add_cli_args` puts on vLLM's parser: per option (its argparse `dest`,
 `max_num_seqs`) the long flags, the argparse action, the choices, the type's name and nargs. The installed
-vLLM's own list comes from `tuner/trials/vllm_probe.py` (run with vLLM's Python); the pinned release's is
+vLLM's own list comes from `tuner/executors/vllm_probe.py` (run with vLLM's Python); the pinned release's is
 shipped as data (`tuner/data/vllm-<version>-args.json`, dumped the same way) so CI checks against it.
 
     value written        accepted when the option is

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from runtime import EngineConfig, LLMEngine, StepLog, StepRow
 from tests.runtime.sim.test_sim_engine import Recording
+from tuner.measure.replay import ReplayClock, replay
 from tuner.traffic import TrafficRequest
-from tuner.trials.replay import ReplayClock, replay
 
 
 def test_the_step_log_times_every_step_of_a_replay_with_its_host_time():

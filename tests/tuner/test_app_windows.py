@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from tuner.app import _require_duration, _warn_if_no_miss_allowed
 from tuner.config import ReplayConfig, SloConfig
+from tuner.inputs import _require_duration, _warn_if_no_miss_allowed
 from tuner.testing import fake_app
 from tuner.traffic import ReplayWindow, TrafficError, TrafficRequest
 

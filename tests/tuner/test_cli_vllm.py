@@ -15,7 +15,7 @@ from tests.tuner.cli import mlflow_runs, run_tuner, study_trials, tuner_args
 from tuner.search.identity import PARTS_ATTR
 from tuner.traffic import SAMPLE_TRAFFIC
 
-STANDIN = str(Path(__file__).parent / "trials" / "vllm_standin.py")
+STANDIN = str(Path(__file__).parent / "executors" / "vllm_standin.py")
 
 
 def _vllm_args(tmp: Path, *extra: str, trials: int = 5) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 
 from tuner.console import inversion_note, trial_line
-from tuner.trials.job import TrialOutcome, TrialStatus
+from tuner.measure.job import TrialOutcome, TrialStatus
 
 METRICS = {"capacity_rps": 8.0, "capacity_scale": 0.5, "capacity_x_trace": 0.5, "ttft_p99_s": 1.2,
            "tpot_p99_s": 0.05, "probes": 11.0, "replays": 11.0}

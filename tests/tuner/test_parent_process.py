@@ -11,7 +11,7 @@ TUNER = Path(__file__).resolve().parents[2] / "tuner"
 
 
 def test_the_parent_process_never_imports_torch():
-    code = ("import sys, tuner.app, tuner.results.summary, tuner.trials.supervisor\n"
+    code = ("import sys, tuner.app, tuner.results.summary, tuner.executors.supervisor\n"
             "from runtime import EngineConfig, engine_limits, model_info\n"
             "engine_limits(EngineConfig(), model_info('llama-3-8b'))\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'triton')))")

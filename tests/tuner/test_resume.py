@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.tuner.cli import mlflow_runs, run_tuner, study_trials, tuner_args
-from tuner.search.space import BASELINE_ATTR
+from tuner.store.record import BASELINE_ATTR
 from tuner.traffic import SAMPLE_TRAFFIC
 
 FAST_HEARTBEAT = ["storage.heartbeat_interval_s=1", "storage.grace_period_s=2"]

@@ -2,7 +2,7 @@
 
 The study goes on at full speed, says so once, keeps every payload in the fallback file, and the file is
 replayed into MLflow: by the tracker when the server is back during the study, or by
-`python -m tuner.tracking.replay` after it. One server for the module (it takes seconds to start).
+`python -m tuner.tracking` after it. One server for the module (it takes seconds to start).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def test_a_server_down_midway_costs_nothing_and_the_replay_command_writes_it_all
     assert events[-2:] == ["study_artifacts", "study_finish"]
     assert len(study_trials(tmp_path, "down")) == 3
     mlflow_server.start()
-    replayed = subprocess.run([sys.executable, "-m", "tuner.tracking.replay", str(fallback), "--uri",
+    replayed = subprocess.run([sys.executable, "-m", "tuner.tracking", str(fallback), "--uri",
                                mlflow_server.uri], capture_output=True, text=True, cwd=tmp_path)
     assert replayed.returncode == 0, replayed.stderr[-3000:]
     assert replayed.stdout.strip() == (f"replayed {len(events)} records of {fallback} into {mlflow_server.uri} "
@@ -115,7 +115,7 @@ def test_a_server_down_midway_costs_nothing_and_the_replay_command_writes_it_all
     assert sorted((c.data.tags["pagetune.trial_number"], c.info.status) for c in children) == [
         ("0", "FINISHED"), ("1", "FINISHED"), ("2", "FINISHED")]
     assert "pagetune.verdict" in parents[0].data.tags
-    again = subprocess.run([sys.executable, "-m", "tuner.tracking.replay", str(fallback), "--uri", mlflow_server.uri],
+    again = subprocess.run([sys.executable, "-m", "tuner.tracking", str(fallback), "--uri", mlflow_server.uri],
                            capture_output=True, text=True, cwd=tmp_path)
     assert again.stdout.startswith("replayed 0 records")  # nothing is written twice
     print(f"study ran {ran_down_s:.1f} s with the server down")

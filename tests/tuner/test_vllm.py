@@ -18,11 +18,11 @@ from tuner.vllm import (
     DeviceClass,
     OptionKind,
     VllmOption,
-    _entry,
     device_class,
     serve_defaults,
     vllm_yaml,
 )
+from tuner.vllm.export import _entry
 
 TUNED = EngineConfig.from_mapping({
     "model": {"name": "llama-3-8b", "dtype": "bfloat16"},

@@ -7,10 +7,10 @@ from typing import Any
 
 from runtime import EngineConfig, LLMEngine
 from tuner.config import ObjectiveName, SloConfig
+from tuner.measure.job import MeasurePlan, TrialJob
+from tuner.measure.replay import ReplayClock
+from tuner.measure.timeline import RequestRecord
 from tuner.traffic import TrafficRequest
-from tuner.trials.job import MeasurePlan, TrialJob
-from tuner.trials.replay import ReplayClock
-from tuner.trials.timeline import RequestRecord
 
 # The "tiny" preset on CPU with a small pool (~3.8k blocks of 4 tokens): engines build in ~20 ms once loaded.
 TINY: dict[str, Any] = {

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from runtime import refit_profile, save_profile
-from tuner.config import AppConfig
+from tuner.config import Measuring
+from tuner.executors.sim import SimExecutor
 from tuner.results.conclude import Conclusion
 from tuner.results.finalists import measure_once
 from tuner.traffic import ReplayWindow
-from tuner.trials.sim import SimExecutor
 
 __all__ = ["Fidelity", "fidelity"]
 
@@ -29,7 +29,7 @@ class Fidelity(NamedTuple):
     refit_path: Path | None  # the refitted profile, when real steps were timed
 
 
-def fidelity(c: Conclusion, sim: SimExecutor, out_dir: Path, app: AppConfig,
+def fidelity(c: Conclusion, sim: SimExecutor, out_dir: Path, measuring: Measuring,
              held_out: ReplayWindow | None) -> Fidelity:
     """Simulated against measured, in two labelled parts: out of sample first (the held-out window, which no
     trial replayed and no step of this study refitted: the accuracy to quote), then in sample (the search
@@ -38,7 +38,7 @@ def fidelity(c: Conclusion, sim: SimExecutor, out_dir: Path, app: AppConfig,
     if held_out is not None:
         lines.append("held-out window, out of sample (no trial replayed it; simulated now, started at its own rate):")
         for cand in [c.pick, c.baseline] if c.pick is not c.baseline else [c.baseline]:
-            done, _ = measure_once(sim, app, cand, held_out, 0, [], independent=True)
+            done, _ = measure_once(sim, measuring, cand, held_out, 0, [], independent=True)
             lines.append(_compare(cand.label, None if done is None else done.value, c.proof.median(cand.label),
                                   c.unit))
     lines.append("search window, in sample (the simulated values that chose the configs):")

@@ -12,7 +12,6 @@ The verdict (`tuner.results.verdict`) reads the proof rounds only.
 from __future__ import annotations
 
 import logging
-import random
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -21,15 +20,15 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from runtime import EngineConfig
-from tuner.config import AppConfig, ObjectiveName
+from tuner.config import Measuring, ObjectiveName, TunerConfig
+from tuner.executors.base import Executor
+from tuner.executors.parallel import measurement_workers, parallel_map
+from tuner.measure.job import Probe, TrialJob, TrialStatus
+from tuner.measure.plan import dither, plan_for
 from tuner.redact import mask_text
 from tuner.results.kept import Kept, KeptMeasurements
-from tuner.search.objective import feasible, plan_for
-from tuner.search.space import BASELINE_ATTR, is_baseline
+from tuner.store.record import BASELINE_ATTR, feasible, is_baseline
 from tuner.traffic import ReplayWindow
-from tuner.trials.job import Probe, TrialJob, TrialStatus
-from tuner.trials.parallel import measurement_workers, parallel_map
-from tuner.trials.supervisor import Executor
 
 __all__ = ["BASELINE", "Candidate", "Remeasured", "choose", "measure_once", "remeasure"]
 
@@ -60,18 +59,18 @@ class Remeasured(NamedTuple):
         return statistics.median(done) if done else None
 
 
-def choose(study: optuna.Study, app: AppConfig) -> tuple[Candidate | None, list[Candidate]]:
+def choose(study: optuna.Study, tuner: TunerConfig) -> tuple[Candidate | None, list[Candidate]]:
     """The baseline (None if its trial did not complete) and the best distinct feasible candidates."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     base = next((t for t in trials if is_baseline(t) and feasible(t)), None)
     ranked = sorted((t for t in trials if feasible(t) and not is_baseline(t)), key=lambda t: -t.values[0])
-    if app.tuner.objective is ObjectiveName.pareto:
+    if tuner.objective is ObjectiveName.pareto:
         front = {t.number for t in study.best_trials}
         ranked.sort(key=lambda t: t.number not in front)  # the front first, by throughput within it
     seen = {_key(base)} if base is not None else set()
     chosen: list[Candidate] = []
     for t in ranked:
-        if _key(t) not in seen and len(chosen) < app.tuner.finalists:
+        if _key(t) not in seen and len(chosen) < tuner.finalists:
             seen.add(_key(t))
             chosen.append(_candidate(t, f"trial {t.number}"))
     return (_candidate(base, BASELINE) if base is not None else None), chosen
@@ -86,13 +85,13 @@ def _candidate(t: FrozenTrial, label: str) -> Candidate:
     return Candidate(label, t.number, EngineConfig.from_mapping(t.user_attrs["runtime"]), t.values[0], params)
 
 
-def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate], window: ReplayWindow,
+def remeasure(executor: Executor, measuring: Measuring, candidates: Sequence[Candidate], window: ReplayWindow,
               rounds: int, on_done: Callable[[], None] = lambda: None, kept: KeptMeasurements | None = None,
               independent: bool = False) -> Remeasured:
     """`rounds` interleaved rounds on `window`: one fresh measurement of every candidate per round. A measurement
     kept from an earlier run (`kept`) is not made again, and each new one is kept as it completes; a failed one is
     made again up to RETRIES times, each failure said at once with its reason. Measurements run side by side where
-    the executor allows it (`trials.parallel`: simulated ones), with the same result. `independent`: capacity
+    the executor allows it (`executors.parallel`: simulated ones), with the same result. `independent`: capacity
     searches start at the window's own rate, not at the candidate's search value (another executor measured that:
     sim+real)."""
     kept = kept or KeptMeasurements(None)
@@ -112,7 +111,7 @@ def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate
         r, c = order[todo[j]]
         failed: list[str] = []
         its_steps: list = []
-        return _measure_retrying(executor, app, c, window, r, failed, its_steps, independent), failed, its_steps
+        return _measure_retrying(executor, measuring, c, window, r, failed, its_steps, independent), failed, its_steps
 
     def arrived(j: int, out: tuple[Kept | None, list[str], list]) -> None:  # in this process, as each completes
         r, c = order[todo[j]]
@@ -141,10 +140,10 @@ def remeasure(executor: Executor, app: AppConfig, candidates: Sequence[Candidate
 RETRIES = 2  # a failed re-measurement is made again at most this often before it counts as missing
 
 
-def _measure_retrying(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int,
+def _measure_retrying(executor: Executor, measuring: Measuring, c: Candidate, window: ReplayWindow, round_: int,
                       failed: list[str], steps: list, independent: bool) -> Kept | None:
     for attempt in range(RETRIES + 1):
-        done, reason = measure_once(executor, app, c, window, round_, steps, independent)
+        done, reason = measure_once(executor, measuring, c, window, round_, steps, independent)
         if done is not None:
             return done
         where = f"{c.label} on the {window.key} window, round {round_ + 1}"
@@ -157,24 +156,17 @@ def _measure_retrying(executor: Executor, app: AppConfig, c: Candidate, window: 
     return None
 
 
-def _dither(app: AppConfig, key: str) -> float:
-    """A start factor in [1/(1+tol), 1+tol], seeded by the measurement's identity: bisections that all began at
-    one point would land on one grid and repeat each other's values (a zero spread the interval would believe)."""
-    u = random.Random(f"{app.tuner.seed}/{key}").uniform(-1.0, 1.0)
-    return (1.0 + app.tuner.capacity_tol) ** u
-
-
-def measure_once(executor: Executor, app: AppConfig, c: Candidate, window: ReplayWindow, round_: int, steps: list,
-             independent: bool) -> tuple[Kept | None, str]:
+def measure_once(executor: Executor, measuring: Measuring, c: Candidate, window: ReplayWindow, round_: int,
+                 steps: list, independent: bool) -> tuple[Kept | None, str]:
     """One fresh measurement, or None and why not. Capacity starts its bracket at the candidate's search capacity
     (req/s), unless `independent`: then at the window's own rate, doubling."""
-    capacity = app.tuner.objective is ObjectiveName.capacity
+    capacity = measuring.tuner.objective is ObjectiveName.capacity
     start = c.search_value / window.rate_rps if capacity and c.search_value > 0 and not independent else None
     if start is not None:
-        start *= _dither(app, f"{c.label}/{window.key}/{round_}")
-    job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(app, start, repeats=1, checkpoint=False),
-                   step_log=app.tuner.fidelity == "sim+real")  # sim+real re-measures for real: refit the profile
-    outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, app.tuner.trial_timeout_s)
+        start *= dither(measuring, f"{c.label}/{window.key}/{round_}")
+    job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(measuring, start, repeats=1, checkpoint=False),
+                   step_log=measuring.tuner.fidelity == "sim+real")  # sim+real re-measures for real: refit the profile
+    outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, measuring.tuner.trial_timeout_s)
     steps.extend(outcome.steps)
     if outcome.status is not TrialStatus.ok or outcome.measurement is None:
         return None, f"{outcome.status.value}: {outcome.reason or 'no reason given'}"

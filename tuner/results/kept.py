@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import optuna
 
-from tuner.trials.job import Probe, ReplaySummary
+from tuner.measure.job import Probe, ReplaySummary
 
 __all__ = ["PREFIX", "Kept", "KeptMeasurements"]
 

@@ -21,13 +21,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from tuner.config import AppConfig, ObjectiveName, SloConfig
+from tuner.config import Measuring, ObjectiveName, SloConfig
+from tuner.executors.base import Executor
+from tuner.measure.job import MeasurePlan, TrialJob, TrialStatus
+from tuner.measure.metrics import at_attainment, meets_slo, slo_ratio
 from tuner.results.finalists import Candidate, Remeasured
 from tuner.results.verdict import Verdict
 from tuner.traffic import ReplayWindow
-from tuner.trials.job import MeasurePlan, TrialJob, TrialStatus
-from tuner.trials.metrics import meets_slo, slo_ratio
-from tuner.trials.supervisor import Executor
 
 __all__ = ["AtTraceRate", "NoCapacity", "empty_remeasured", "measure_at_trace_rate", "measures_zero",
            "no_capacity_verdict", "propose_slo"]
@@ -57,29 +57,29 @@ class NoCapacity(NamedTuple):
         return self.ranking[0] if self.ranking else None
 
 
-def measures_zero(app: AppConfig, candidates: Sequence[Candidate]) -> bool:
+def measures_zero(objective: ObjectiveName, candidates: Sequence[Candidate]) -> bool:
     """Capacity: every config's search measured 0 (no rate tried met the SLO)."""
-    return app.tuner.objective is ObjectiveName.capacity and all(c.search_value <= 0 for c in candidates)
+    return objective is ObjectiveName.capacity and all(c.search_value <= 0 for c in candidates)
 
 
-def measure_at_trace_rate(executor: Executor, app: AppConfig, candidates: Sequence[Candidate],
+def measure_at_trace_rate(executor: Executor, measuring: Measuring, candidates: Sequence[Candidate],
                           window: ReplayWindow, on_done: Callable[[], None] = lambda: None) -> NoCapacity:
     """One unstopped replay per config at the window's own rate, ranked by SLO load."""
-    unbounded = dataclasses.replace(app.slo, ttft_s=UNBOUNDED_S, tpot_s=UNBOUNDED_S, e2e_s=None)
-    plan = MeasurePlan(ObjectiveName.goodput, unbounded, repeats=1, warmup_requests=app.tuner.warmup_requests)
+    unbounded = dataclasses.replace(measuring.slo, ttft_s=UNBOUNDED_S, tpot_s=UNBOUNDED_S, e2e_s=None)
+    plan = MeasurePlan(ObjectiveName.goodput, unbounded, repeats=1, warmup_requests=measuring.tuner.warmup_requests)
     done: list[AtTraceRate] = []
     failed: list[str] = []
     for c in candidates:
         job = TrialJob(-1, c.config, None, window.key, plan)
-        outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, app.tuner.trial_timeout_s)
+        outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, measuring.tuner.trial_timeout_s)
         on_done()
         if outcome.status is not TrialStatus.ok or outcome.measurement is None:
             failed.append(f"{c.label} at the trace's own rate: {outcome.status.value}: {outcome.reason}")
             continue
         m = outcome.measurement
-        done.append(_at_trace_rate(c.label, m.metrics, m.latency_rows, app.slo))
+        done.append(_at_trace_rate(c.label, m.metrics, m.latency_rows, measuring.slo))
     ranking = sorted(done, key=lambda a: a.load)  # stable: the baseline first among equals
-    proposed = propose_slo(ranking[0].rows, app.slo) if ranking else None
+    proposed = propose_slo(ranking[0].rows, measuring.slo) if ranking else None
     return NoCapacity(ranking, proposed, window.rate_rps, failed)
 
 
@@ -87,23 +87,17 @@ def _at_trace_rate(label: str, metrics: dict[str, float], rows: Sequence[dict[st
                    slo: SloConfig) -> AtTraceRate:
     meets = sum(meets_slo(r, slo) for r in rows) / max(1, len(rows))
     return AtTraceRate(label, metrics["ttft_p99_s"], metrics["tpot_p99_s"], meets,
-                       _at_target([slo_ratio(r, slo) for r in rows], slo.attainment), tuple(rows))
-
-
-def _at_target(values: Sequence[float], attainment: float) -> float:
-    """The value that `attainment` of the requests do not exceed (nearest rank; None counts as inf)."""
-    ordered = sorted(math.inf if v is None else v for v in values)
-    return ordered[max(1, math.ceil(attainment * len(ordered) - 1e-9)) - 1] if ordered else math.inf
+                       at_attainment([slo_ratio(r, slo) for r in rows], slo.attainment), tuple(rows))
 
 
 def propose_slo(rows: Sequence[dict[str, Any]], slo: SloConfig) -> SloConfig:
     """The SLO these requests meet at its attainment target: each bound kept where it holds, else raised to the
     value at the target (rounded up to 2 significant digits); both raised by the joint ratio if that is short."""
-    ttft = max(slo.ttft_s, _round_up(_at_target([r["ttft_s"] for r in rows], slo.attainment)))
-    tpot = max(slo.tpot_s, _round_up(_at_target([r["tpot_s"] for r in rows], slo.attainment)))
+    ttft = max(slo.ttft_s, _round_up(at_attainment([r["ttft_s"] for r in rows], slo.attainment)))
+    tpot = max(slo.tpot_s, _round_up(at_attainment([r["tpot_s"] for r in rows], slo.attainment)))
     proposed = dataclasses.replace(slo, ttft_s=ttft, tpot_s=tpot)
     if sum(meets_slo(r, proposed) for r in rows) < slo.attainment * len(rows) - 1e-9:
-        load = _at_target([slo_ratio(r, proposed) for r in rows], slo.attainment)
+        load = at_attainment([slo_ratio(r, proposed) for r in rows], slo.attainment)
         proposed = dataclasses.replace(proposed, ttft_s=_round_up(ttft * load), tpot_s=_round_up(tpot * load))
     return proposed
 

@@ -256,7 +256,7 @@ def latency_cdf(best_latencies: Mapping[str, Sequence[float]],
 def capacity_curve(curves: Mapping[str, Sequence[Sequence]], target: float, path: Path | str) -> Path:
     """SLO attainment against arrival rate, one line per measurement round, for each config.
 
-    `curves`: config name -> per round, its probes (`tuner.trials.job.Probe`, scale in req/s). Each
+    `curves`: config name -> per round, its probes (`tuner.measure.job.Probe`, scale in req/s). Each
     probe is drawn at its median attainment with a bar from the lowest to the highest replay.
     """
     drawable = {name: [[p for p in probes if 0 < p.scale < math.inf] for probes in rounds]

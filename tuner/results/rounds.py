@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from tuner.config import ValidationConfig
-from tuner.trials.sim import SimExecutor
+from tuner.executors.sim import SimExecutor
 
 __all__ = ["Rounds", "conclusion_rounds"]
 

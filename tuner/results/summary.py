@@ -11,28 +11,30 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner.config import AppConfig, ObjectiveName
+from tuner.config import Measuring, ObjectiveName, SloConfig
 from tuner.console import inversion_note
 from tuner.deployment import deployment_line, deployment_meta
+from tuner.inputs import grouped_arrivals
+from tuner.measure.plan import Rates
 from tuner.redact import mask_text, mask_url
 from tuner.results import plots
 from tuner.results.conclude import Conclusion
 from tuner.results.export import ExportPaths, provenance
 from tuner.results.finalists import BASELINE
 from tuner.results.report import ReportInputs, headline_lines, verdict_text
-from tuner.search.objective import Rates
-from tuner.search.study import INTERRUPTED
-from tuner.traffic import GROUPED_SHARE, ReplayWindow, TrafficLoad, arrival_groups, max_model_len_candidates
+from tuner.store.record import INTERRUPTED
+from tuner.study_run import StudyRun
+from tuner.traffic import ReplayWindow, TrafficLoad, max_model_len_candidates
 
-__all__ = ["export_metadata", "grouped_arrivals", "report_inputs", "study_history", "study_metrics", "study_plots",
+__all__ = ["export_metadata", "report_inputs", "study_history", "study_metrics", "study_plots",
            "summary_lines"]
 
 
-def _slo(app: AppConfig) -> str:
-    bounds = [f"TTFT <= {app.slo.ttft_s:g} s", f"TPOT <= {app.slo.tpot_s:g} s"]
-    if app.slo.e2e_s is not None:
-        bounds.append(f"E2E <= {app.slo.e2e_s:g} s")
-    return ", ".join(bounds) + f", attainment {app.slo.attainment:.1%}"
+def _slo(slo: SloConfig) -> str:
+    bounds = [f"TTFT <= {slo.ttft_s:g} s", f"TPOT <= {slo.tpot_s:g} s"]
+    if slo.e2e_s is not None:
+        bounds.append(f"E2E <= {slo.e2e_s:g} s")
+    return ", ".join(bounds) + f", attainment {slo.attainment:.1%}"
 
 
 def _windows(search: ReplayWindow, held_out: ReplayWindow | None) -> str:
@@ -42,13 +44,13 @@ def _windows(search: ReplayWindow, held_out: ReplayWindow | None) -> str:
     return text + " (as replayed)"
 
 
-def capacity_reading(app: AppConfig, c: Conclusion, rates: Rates) -> list[str]:
+def capacity_reading(objective: ObjectiveName, c: Conclusion, rates: Rates, devices: int = 1) -> list[str]:
     """The exported capacity as x the trace's recorded rate and replicas at its peak (search window units)."""
     value = c.selection.median(c.exported.label)
-    if app.tuner.objective is not ObjectiveName.capacity or not value:
+    if objective is not ObjectiveName.capacity or not value:
         return []
     reading = rates.capacity(value / rates.window_rps)
-    unit = "replica(s)" if app.devices == 1 else f"deployment(s) of {app.devices} devices"
+    unit = "replica(s)" if devices == 1 else f"deployment(s) of {devices} devices"
     return [f"On the search window: {value:.4g} req/s = {reading['capacity_x_trace']:.3g}x the trace's recorded "
             f"rate; the trace's peak ({rates.peak_rps:.4g} req/s over 60 s) needs "
             f"{reading['replicas_at_peak']:.0f} {unit}"]
@@ -106,40 +108,37 @@ def reproduce_command(overrides: Sequence[str], study_name: str) -> str:
     return mask_text(" ".join(["python -m tuner", *named, f"tuner.study_name={study_name}"]))
 
 
-def report_inputs(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad, rates: Rates,
-                  windows: tuple[ReplayWindow, ReplayWindow | None], inert: Sequence[str],
-                  plot_names: Sequence[str], overrides: Sequence[str], figures: str = "measured on the real runtime",
-                  fidelity_lines: Sequence[str] = (), simulated: bool = False,
+def report_inputs(run: StudyRun, study: optuna.Study, c: Conclusion, plot_names: Sequence[str],
+                  overrides: Sequence[str], fidelity_lines: Sequence[str] = (),
                   vllm_unexpressed: Sequence[str] = ()) -> ReportInputs:
+    traffic, rates, objective = run.inputs.traffic, run.inputs.rates, run.measuring.tuner.objective
+    windows = (run.inputs.search, run.inputs.held_out)
     return ReportInputs(
-        study_name=study.study_name, conclusion=c, objective=app.tuner.objective.value, slo=_slo(app),
+        study_name=study.study_name, conclusion=c, objective=objective.value, slo=_slo(run.measuring.slo),
         traffic=f"{Path(traffic.path).name} ({traffic.format}, {len(traffic.requests)} requests, "
                 f"sha256 {traffic.sha256[:12]})",
-        windows=_windows(*windows), capacity_reading=capacity_reading(app, c, rates), inert=inert,
+        windows=_windows(*windows), capacity_reading=capacity_reading(objective, c, rates, run.devices),
+        inert=run.space.inert,
         search_lines=_search_lines(study),
         max_model_len_candidates=[(m.max_model_len, m.rejected_share)
                                   for m in max_model_len_candidates(traffic.logged_totals)],
         reproduce_command=reproduce_command(overrides, study.study_name),
-        tracking_uri=mask_url(app.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names,
-        figures=figures, fidelity_lines=fidelity_lines, simulated=simulated, arrivals=grouped_arrivals(windows[0]),
-        vllm_unexpressed=vllm_unexpressed, deployment=deployment_line(c.exported.config, app.devices))
+        tracking_uri=mask_url(run.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names,
+        figures=run.executors.figures, fidelity_lines=fidelity_lines, simulated=run.simulated,
+        arrivals=grouped_arrivals(windows[0]),
+        vllm_unexpressed=vllm_unexpressed, deployment=deployment_line(c.exported.config, run.devices))
 
 
-def grouped_arrivals(window: ReplayWindow) -> str:
-    """The search window's arrivals in groups at one instant, when they are a large share; else ""."""
-    groups = arrival_groups(window.requests)
-    return groups.line() if groups.share >= GROUPED_SHARE else ""
-
-
-def study_plots(app: AppConfig, study: optuna.Study, c: Conclusion, folder: Path,
+def study_plots(measuring: Measuring, study: optuna.Study, c: Conclusion, folder: Path,
                 rate_rps: float | None = None) -> list[Path]:
     """The study's plots; `rate_rps` (the proof window's own rate, req/s) labels a goodput or pareto latency CDF."""
     folder.mkdir(parents=True, exist_ok=True)
-    label = plots.objective_label(app.tuner.objective.value)
+    objective = measuring.tuner.objective
+    label = plots.objective_label(objective.value)
     made = [plots.optimization_history(study, folder / "optimization_history.png", label)]
     importances = plots.param_importances(study, folder / "param_importances.png")
     made += [importances] if importances is not None else []
-    if app.tuner.objective is ObjectiveName.pareto:
+    if objective is ObjectiveName.pareto:
         made.append(plots.pareto_front(study, folder / "pareto_front.png", label))
     if c.no_capacity is not None:  # no capacity to plot: the latencies at the trace's own rate
         rows = {a.label: a.rows for a in c.no_capacity.ranking}
@@ -148,10 +147,10 @@ def study_plots(app: AppConfig, study: optuna.Study, c: Conclusion, folder: Path
                                       folder / "latency_cdf.png", _rate_label(c.no_capacity.rate_rps, "own rate"),
                                       best))
         return made
-    if app.tuner.objective is ObjectiveName.capacity:
+    if objective is ObjectiveName.capacity:
         labels = {"baseline": BASELINE} | ({"pick": c.pick.label} if c.pick.label != BASELINE else {})
         curves = {name: c.proof.probes[label] for name, label in labels.items()}
-        made.append(plots.capacity_curve(curves, app.slo.attainment, folder / "capacity.png"))
+        made.append(plots.capacity_curve(curves, measuring.slo.attainment, folder / "capacity.png"))
         rate = "each at its capacity, the highest rate meeting the SLO" + _first_rates(c)
     else:
         rate = _rate_label(rate_rps, "recorded rate")
@@ -187,19 +186,18 @@ def summary_lines(c: Conclusion, report: ReportInputs, paths: ExportPaths, track
     return lines + ([f"            then open {review_link}"] if review_link else [])
 
 
-def export_metadata(app: AppConfig, study: optuna.Study, c: Conclusion, traffic: TrafficLoad,
-                    hardware: str, figures: str = "measured on the real runtime",
-                    simulated: bool = False) -> dict[str, Any]:
+def export_metadata(run: StudyRun, study: optuna.Study, c: Conclusion) -> dict[str, Any]:
     """best.yaml's provenance: the verdict and its interval, and the runner-up beside it; `figures` says whether
     they were measured or simulated (and from which GPU profile)."""
+    simulated = run.simulated
     interval = c.verdict.interval
     meta = {"study": study.study_name, "trial": c.exported.trial, "config": c.exported.label,
             "verdict": verdict_text(c, simulated), "method": c.verdict.method,
             "value": c.proof.median(c.exported.label) if c.no_capacity is None else 0.0, "unit": c.unit,
-            "objective": app.tuner.objective.value,
-            "traffic_sha256": traffic.sha256, "model": app.runtime.model.name, "hardware": hardware,
-            "figures": figures, "baseline": app.baseline.value, **provenance()}
-    if (deployment := deployment_meta(c.exported.config, app.devices)) is not None:
+            "objective": run.measuring.tuner.objective.value, "traffic_sha256": run.inputs.traffic.sha256,
+            "model": run.runtime.model.name, "hardware": run.hardware.summary, "figures": run.executors.figures,
+            "baseline": run.baseline_name.value, **provenance()}
+    if (deployment := deployment_meta(c.exported.config, run.devices)) is not None:
         meta["deployment"] = deployment  # vllm.yaml's replica comment reads it
     if interval is not None:
         meta["interval"] = {"mean": interval.mean, "low": interval.low, "high": interval.high,

@@ -18,8 +18,8 @@ from typing import Any
 
 from runtime import EngineConfig
 from tuner.config import AppConfig, BaselineName
+from tuner.measure.job import Hardware
 from tuner.search.space import KnobMode, SearchSpace, set_path
-from tuner.trials.job import Hardware
 from tuner.vllm import as_vllm_defaults, serve_defaults
 
 __all__ = ["baseline_config"]

@@ -1,9 +1,10 @@
-"""The Optuna objective: one trial's config measured in the worker, recorded in Optuna and MLflow.
+"""The Optuna objective: one trial's config measured by the executor, recorded in Optuna and MLflow.
 
 Per trial: knob values -> `EngineConfig` (the baseline trial runs the baseline config) -> a
 `TrialJob` whose plan starts the capacity search at the incumbent's capacity -> the executor ->
 constraints, user attrs, the MLflow child run -> the objective value(s), a pruned trial, or a
-failure with its reason.
+failure with its reason. The trial's MLflow run is `search.recorder`'s; stale trials (a dead worker's) are
+`search.stale`'s, a callback of `run_search`, as Optuna composes `study.optimize(objective, callbacks=...)`.
 
 Values are in the units people read: capacity in req/s of the replayed window (its rate scale x
 its arrival rate), goodput in req/s, Pareto (output tok/s, p99 E2E s).
@@ -15,142 +16,72 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, NamedTuple
 
 import optuna
-import yaml
 from optuna.trial import TrialState
 
 from runtime import EngineConfig
-from tuner.config import AppConfig, ObjectiveName, PrunerName
+from tuner.config import Measuring, ObjectiveName, PrunerName, QualityConfig
+from tuner.executors.base import Executor
 from tuner.interrupts import Interrupted, Interrupts
+from tuner.measure.job import Probe, TrialJob, TrialOutcome, TrialStatus
+from tuner.measure.outcome import trial_metrics
+from tuner.measure.plan import Rates, plan_for
+from tuner.search.recorder import FAILED, TrialRecorder
 from tuner.search.samplers import CHECKPOINT_STEP, INCUMBENT_ATTR
-from tuner.search.space import SearchSpace, is_baseline
-from tuner.search.study import INTERRUPTED, TrialFailed, TrialInterrupted, requeue
+from tuner.search.space import SearchSpace
+from tuner.search.study import TrialFailed, TrialInterrupted, requeue
 from tuner.store.heartbeat import JournalHeartbeat
-from tuner.tracking import RunState
+from tuner.store.record import INTERRUPTED, feasible, is_baseline
 from tuner.traffic import ReplayWindow
-from tuner.trials.job import MeasurePlan, Probe, TrialJob, TrialOutcome, TrialStatus
-from tuner.trials.supervisor import Executor
 
-__all__ = ["FAILED", "Rates", "TrialRunner", "feasible", "plan_for", "trial_metrics"]
-
-FAILED = (TrialStatus.error, TrialStatus.oom, TrialStatus.timeout, TrialStatus.died)
-STATUS_TAG = "pagetune.trial_status"  # ok | infeasible | pruned | error | oom | timeout | died, on each child run
-
-
-class Rates(NamedTuple):
-    """How a rate scale reads for the search window and for the trace."""
-
-    window_rps: float  # the window's arrival rate as replayed: scale 1.0
-    recorded_rps: float  # the same window's rate as logged (replay.time_scale undone)
-    peak_rps: float  # the trace's peak arrival rate over 60 s, as logged
-
-    def capacity(self, scale: float) -> dict[str, float]:
-        rps = scale * self.window_rps
-        return {"capacity_rps": rps, "capacity_scale": scale, "capacity_x_trace": rps / self.recorded_rps,
-                "replicas_at_peak": float(math.ceil(self.peak_rps / rps)) if rps > 0 else math.inf}
-
-
-def plan_for(app: AppConfig, start_scale: float | None, *, repeats: int, checkpoint: bool) -> MeasurePlan:
-    """A trial's measurement plan: with a start (the incumbent's or the config's own capacity) the
-    bracket steps finely around it; without one it starts at the window's own rate, doubling."""
-    first_step = 2.0 if start_scale is None else 1.0 + 4 * app.tuner.capacity_tol
-    return MeasurePlan(app.tuner.objective, app.slo, repeats, start_scale or 1.0, first_step, app.tuner.capacity_tol,
-                       checkpoint and start_scale is not None, app.tuner.warmup_requests, app.replay.min_window_s)
-
-
-def trial_metrics(app: AppConfig, outcome: TrialOutcome, rates: Rates) -> dict[str, float]:
-    """The metrics a trial records: the measurement's, capacity in req/s; `partial_` when it was stopped."""
-    if outcome.measurement is None:
-        return {}
-    metrics = dict(outcome.measurement.metrics)
-    if app.tuner.objective is ObjectiveName.capacity:
-        metrics |= rates.capacity(outcome.measurement.values[0])
-        metrics["saturated"] = float(outcome.measurement.saturated)
-    if outcome.quality is not None:
-        metrics |= {"quality_token_agreement": outcome.quality.token_agreement,
-                    "quality_mean_kl": outcome.quality.mean_kl, "quality_sampling_tv": outcome.quality.sampling_tv}
-        if outcome.quality.task_score is not None:
-            metrics["quality_task_score"] = outcome.quality.task_score
-    if outcome.status is not TrialStatus.ok:
-        return {f"partial_{k}": v for k, v in metrics.items()}
-    return metrics
-
-
-def feasible(t: optuna.trial.FrozenTrial) -> bool:
-    ok = t.state is TrialState.COMPLETE and t.user_attrs.get("status") == TrialStatus.ok.value
-    return ok and all(c <= 0 for c in t.constraints.values())
+__all__ = ["Objective"]
 
 
 @dataclass
-class TrialRunner:
-    """The Optuna objective: one trial in the executor, recorded in Optuna and MLflow."""
+class Objective:
+    """The Optuna objective: one trial in the executor, recorded in Optuna and (through `recorder`) in MLflow."""
 
-    app: AppConfig
+    measuring: Measuring  # tuner.*, slo, replay.min_window_s
+    runtime: EngineConfig  # what every trial's config starts from
+    quality: QualityConfig  # the guardrail, for a config that changes numerics
     space: SearchSpace
     executor: Executor
     window: ReplayWindow
     rates: Rates
     baseline: EngineConfig  # what the baseline trial runs
-    tracker: Any  # Tracker | FallbackTracker
-    parent_run_id: str
+    recorder: TrialRecorder  # the trial's MLflow run
     on_trial_end: Callable[[optuna.trial.Trial, TrialOutcome, dict[str, float]], None] | None = None
     on_progress: Callable[[int, int, float, int, int], None] | None = None  # (trial, probe, scale, done, total)
     heartbeat: JournalHeartbeat | None = None  # journal storage only: RDB storage beats by itself
     interrupts: Interrupts | None = None  # a signal stops the study: the running trial is re-queued
-    on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None  # a dead worker's trial
-    figures: str = "measured"  # what the trials' figures are (simulated: from which profile), tagged on each run
-
-    def fail_stale(self, study: optuna.Study) -> None:
-        """Fail (and re-queue) trials whose worker died; RDB storage does it through its heartbeats."""
-        if self.heartbeat is not None:
-            self.heartbeat.fail_stale(study, None)
-        else:
-            optuna.storages.fail_stale_trials(study)
-        self._fail_overdue(study)
-
-    def _fail_overdue(self, study: optuna.Study) -> None:
-        """A RUNNING trial older than a live one can be (its timeout and the grace period) has no worker, even
-        one without a heartbeat to go stale (killed before its first beat): failed and handed over the same way."""
-        bound = timedelta(seconds=self.app.tuner.trial_timeout_s + self.app.storage.grace_period_s)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t.datetime_start is not None and datetime.now() - t.datetime_start > bound:
-                study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-                if self.on_stale is not None:
-                    self.on_stale(study, t)
 
     def __call__(self, trial: optuna.trial.Trial) -> list[float]:
         if self.interrupts is not None and self.interrupts.requested:  # came between two trials
             raise self._interrupted(trial, None)
         if self.heartbeat is not None:
             self.heartbeat.fail_stale(trial.study, running=trial.number)
-        values = self.space.suggest(trial, self.app.runtime)
-        config = self.baseline if is_baseline(trial) else self.space.apply(self.app.runtime, values)
+        values = self.space.suggest(trial, self.runtime)
+        config = self.baseline if is_baseline(trial) else self.space.apply(self.runtime, values)
         incumbent = self._incumbent(trial.study)
         trial.set_user_attr(INCUMBENT_ATTR, incumbent)
         start = None if incumbent is None else incumbent / self.rates.window_rps
-        checkpoint = self.app.tuner.pruner is PrunerName.incumbent
-        job = TrialJob(trial.number, config, self.app.quality if config.changes_numerics else None, self.window.key,
-                       plan_for(self.app, start, repeats=self.app.tuner.repeats, checkpoint=checkpoint))
-        config_yaml = yaml.safe_dump({"runtime": config.to_dict(), "knobs": values}, sort_keys=False)
-        run_id = self.tracker.begin_trial(self.parent_run_id, trial.number, values, config_yaml,
-                                          {"pagetune.baseline": str(is_baseline(trial)).lower(),
-                                           "pagetune.figures": self.figures})
+        tuner = self.measuring.tuner
+        job = TrialJob(trial.number, config, self.quality if config.changes_numerics else None, self.window.key,
+                       plan_for(self.measuring, start, repeats=tuner.repeats,
+                                checkpoint=tuner.pruner is PrunerName.incumbent))
+        run_id = self.recorder.begin(trial.number, values, config, is_baseline(trial))
         beating = self.heartbeat.beating(trial) if self.heartbeat else contextlib.nullcontext()
         with beating:
             try:
                 outcome = self.executor.run(job, self.window.requests, lambda *p: self._progress(trial, *p),
                                             lambda probe: self._checkpoint(trial, probe, incumbent),
-                                            self.app.tuner.trial_timeout_s)
+                                            tuner.trial_timeout_s)
             except Interrupted:
                 raise self._interrupted(trial, run_id) from None
-        metrics = trial_metrics(self.app, outcome, self.rates)
+        metrics = trial_metrics(tuner.objective, outcome, self.rates)
         self._record(trial, outcome, config, metrics)
-        self.tracker.end_trial(run_id, metrics, _run_state(outcome.status), outcome.reason,
-                               list(outcome.measurement.latency_rows) if outcome.measurement else [],
-                               {STATUS_TAG: outcome.status.value})
+        self.recorder.end(run_id, outcome, metrics)
         if self.on_trial_end:
             self.on_trial_end(trial, outcome, metrics)
         if outcome.status in FAILED:
@@ -164,13 +95,13 @@ class TrialRunner:
         trial.set_user_attr("status", INTERRUPTED)
         trial.set_user_attr("reason", INTERRUPTED)
         if run_id is not None:
-            self.tracker.end_trial(run_id, {}, RunState.KILLED, INTERRUPTED, [], {STATUS_TAG: INTERRUPTED})
+            self.recorder.interrupted(run_id)
         requeue(trial.study, next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number))
         return TrialInterrupted(f"trial {trial.number} {INTERRUPTED}")
 
     def _incumbent(self, study: optuna.Study) -> float | None:
         """The best feasible capacity so far (req/s): where a capacity trial's search starts."""
-        if self.app.tuner.objective is not ObjectiveName.capacity:
+        if self.measuring.tuner.objective is not ObjectiveName.capacity:
             return None
         done = [t.values[0] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if feasible(t) and t.values and t.values[0] > 0]
@@ -180,9 +111,9 @@ class TrialRunner:
         """The objective value(s); an infeasible trial (no measurement) completes at the worst value, its
         violated constraint telling the sampler why."""
         if outcome.measurement is None:
-            return [0.0, math.inf] if self.app.tuner.objective is ObjectiveName.pareto else [0.0]
+            return [0.0, math.inf] if self.measuring.tuner.objective is ObjectiveName.pareto else [0.0]
         values = list(outcome.measurement.values)
-        if self.app.tuner.objective is ObjectiveName.capacity:
+        if self.measuring.tuner.objective is ObjectiveName.capacity:
             values = [values[0] * self.rates.window_rps]
         return values
 
@@ -195,7 +126,7 @@ class TrialRunner:
         if incumbent is None:
             return True
         attainment = probe.median("slo_attainment")
-        estimate = incumbent if probe.passed else incumbent * attainment / self.app.slo.attainment
+        estimate = incumbent if probe.passed else incumbent * attainment / self.measuring.slo.attainment
         trial.report(estimate, CHECKPOINT_STEP)
         return not trial.should_prune()
 
@@ -204,9 +135,9 @@ class TrialRunner:
         """Constraints (feasible when <= 0) and user attrs: the results read them back from the storage."""
         cannot_start = outcome.status is TrialStatus.infeasible and outcome.quality is None
         trial.set_constraint("memory", 1.0 if cannot_start else -1.0)  # e.g. too little memory for the config
-        trial.set_constraint("quality", outcome.quality.violation(self.app.quality) if outcome.quality else -1.0)
-        if self.app.tuner.objective is ObjectiveName.goodput and outcome.measurement is not None:
-            trial.set_constraint("slo", self.app.slo.attainment - outcome.measurement.metrics["slo_attainment"])
+        trial.set_constraint("quality", outcome.quality.violation(self.quality) if outcome.quality else -1.0)
+        if self.measuring.tuner.objective is ObjectiveName.goodput and outcome.measurement is not None:
+            trial.set_constraint("slo", self.measuring.slo.attainment - outcome.measurement.metrics["slo_attainment"])
         trial.set_user_attr("runtime", config.to_dict())
         trial.set_user_attr("status", outcome.status.value)
         trial.set_user_attr("reason", outcome.reason)
@@ -214,8 +145,3 @@ class TrialRunner:
         trial.set_user_attr("setup_s", outcome.setup_s)
         trial.set_user_attr("model_reused", outcome.model_reused)
 
-
-def _run_state(status: TrialStatus) -> RunState:
-    if status in FAILED:
-        return RunState.FAILED
-    return RunState.FINISHED  # a pruned trial too: it ran as planned and stopped (its reason tagged), not a crash

@@ -47,12 +47,11 @@ from optuna.distributions import (
 
 from runtime import ConfigError, EngineConfig
 from tuner.config import ParamConfig, SearchConfig, TunerConfigError
+from tuner.store.record import BASELINE_ATTR
 from tuner.vllm import vllm_args, with_vllm_args
 
-__all__ = ["BASELINE_ATTR", "LONG_TIER_MAX_LEN", "TIER_FIELDS", "Knob", "KnobMode", "SearchSpace", "is_baseline",
-           "set_path"]
+__all__ = ["LONG_TIER_MAX_LEN", "TIER_FIELDS", "Knob", "KnobMode", "SearchSpace", "set_path"]
 
-BASELINE_ATTR = "pagetune.baseline"  # trial user attr: {knob name: value} of the baseline trial
 TIER_FIELDS = ("enabled", "boundary", "short_block_size", "long_block_size", "short_share")
 LONG_TIER_MAX_LEN = 1 << 20  # the long tier's max_len: "the rest"; the runtime cuts it at max_model_len
 _DEFAULTS = EngineConfig().to_dict()  # where an inactive knob's field goes: the runtime's own default
@@ -72,11 +71,6 @@ class Knob:
     distribution: BaseDistribution  # validated even when not searched, so unfreezing cannot fail late
     fixed: Any = None  # the value of a FIXED knob
     when: tuple[str, Any] | None = None  # (parent knob, value it must have)
-
-
-def is_baseline(trial: optuna.trial.BaseTrial) -> bool:
-    """Whether `trial` is the enqueued baseline (the runtime defaults)."""
-    return BASELINE_ATTR in trial.user_attrs
 
 
 @dataclass(frozen=True)

@@ -19,21 +19,19 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import AppConfig
+from tuner.config import StorageConfig, TunerConfig
 from tuner.interrupts import Interrupts
 from tuner.search.identity import StudyIdentity
 from tuner.search.samplers import build_pruner, build_sampler
-from tuner.search.space import BASELINE_ATTR, SearchSpace
+from tuner.search.space import SearchSpace
 from tuner.store.locking import store_lock
+from tuner.store.record import BASELINE_ATTR
 from tuner.store.storage import build_storage
 
 log = logging.getLogger("pagetune")
 
-__all__ = ["INTERRUPTED", "SEEDS_ATTR", "TrialFailed", "TrialInterrupted", "open_study", "requeue", "run_search",
+__all__ = ["SEEDS_ATTR", "TrialFailed", "TrialInterrupted", "open_study", "requeue", "run_search",
            "trials_counted"]
-
-INTERRUPTED = "interrupted"  # the `status` and `reason` user attrs of a trial a signal stopped
-
 
 class TrialFailed(Exception):
     """A trial ended without a measurement; Optuna records it as FAIL and the study goes on."""
@@ -54,17 +52,17 @@ def requeue(study: optuna.Study, trial: FrozenTrial) -> None:
                                         system_attrs=system_attrs))
 
 
-def open_study(app: AppConfig, identity: StudyIdentity, space: SearchSpace, baseline_values: Mapping[str, Any],
-               on_stale: Callable | None = None) -> optuna.Study:
+def open_study(tuner: TunerConfig, storage: StorageConfig, identity: StudyIdentity, space: SearchSpace,
+               baseline_values: Mapping[str, Any], on_stale: Callable | None = None) -> optuna.Study:
     """Create or load the study, check what it measures, and enqueue its baseline once. Under the store
     lock: workers starting together on a fresh database would otherwise race on the tables and the baseline."""
-    with store_lock(app.storage.url, f"open:{identity.name}"):
+    with store_lock(storage.url, f"open:{identity.name}"):
         study = optuna.create_study(
-            study_name=identity.name, storage=build_storage(app.storage, on_stale),
-            sampler=build_sampler(app.tuner), pruner=build_pruner(app.tuner), directions=list(app.tuner.directions),
+            study_name=identity.name, storage=build_storage(storage, on_stale),
+            sampler=build_sampler(tuner), pruner=build_pruner(tuner), directions=list(tuner.directions),
             load_if_exists=True)
-        identity.bind(study, app.tuner.resume)
-        study.sampler = build_sampler(app.tuner, _own_seed(study, app.tuner.seed))
+        identity.bind(study, tuner.resume)
+        study.sampler = build_sampler(tuner, _own_seed(study, tuner.seed))
         space.enqueue_baseline(study, baseline_values)
     return study
 

@@ -10,6 +10,7 @@ from tuner.tracking.payloads import (
     CONFIG_ARTIFACT,
     LATENCY_ARTIFACT,
     REASON_ARTIFACT,
+    STATUS_TAG,
     TAG_NOTE,
     TAG_REASON,
     TAG_STUDY,
@@ -19,7 +20,6 @@ from tuner.tracking.payloads import (
     RunState,
     TrackingError,
     review_link,
-    rounded,
 )
 from tuner.tracking.tracker import Tracker, open_tracker
 
@@ -27,6 +27,7 @@ __all__ = [
     "CONFIG_ARTIFACT",
     "LATENCY_ARTIFACT",
     "REASON_ARTIFACT",
+    "STATUS_TAG",
     "TAG_NOTE",
     "TAG_REASON",
     "TAG_STUDY",
@@ -39,5 +40,4 @@ __all__ = [
     "TrackingError",
     "open_tracker",
     "review_link",
-    "rounded",
 ]

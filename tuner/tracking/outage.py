@@ -61,7 +61,7 @@ class Outage:
             if said:
                 return
             logger.warning("%s. The study goes on without MLflow: every payload is kept in %s and replayed into "
-                           "MLflow when the store is back (or: python -m tuner.tracking.replay %s --uri %s)",
+                           "MLflow when the store is back (or: python -m tuner.tracking %s --uri %s)",
                            message, self.fallback.path, self.fallback.path, self.uri)
 
     def due(self) -> bool:

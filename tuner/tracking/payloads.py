@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from tuner.redact import mask_text
+from tuner.rounding import rounded
 
 # Tag keys: the study and trial identity that lets any worker find the runs again.
 TAG_STUDY = "pagetune.study"
@@ -25,6 +26,7 @@ TAG_STOP_REASON = "pagetune.stop_reason"  # a trial stopped early on purpose (pr
 TAG_SKIPPED = "pagetune.skipped_metrics"
 TAG_TRUNCATED = "pagetune.truncated_params"
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own key: the UI nests children under the parent with it
+STATUS_TAG = "pagetune.trial_status"  # ok | infeasible | pruned | error | oom | timeout | died, on each child run
 TAG_NOTE = "mlflow.note.content"  # MLflow's own key: the run's description (markdown) on its page
 ROLE_STUDY = "study"
 ROLE_TRIAL = "trial"
@@ -81,18 +83,6 @@ class Params(NamedTuple):
 
 def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(_ELLIPSIS)] + _ELLIPSIS
-
-
-def rounded(value: Any) -> Any:
-    """Floats to 6 significant digits, inside lists and mappings too: a sampled 2.456519136895919 or a stepped
-    0.7000000000000001 reads 2.45652 and 0.7 (a knob has no meaning past that)."""
-    if isinstance(value, float) and math.isfinite(value):
-        return float(f"{value:.6g}")
-    if isinstance(value, list | tuple):
-        return [rounded(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: rounded(v) for k, v in value.items()}
-    return value
 
 
 def stringify(value: Any) -> str:

@@ -27,7 +27,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from sqlalchemy.exc import SQLAlchemyError
 
-from tuner.config import AppConfig
+from tuner.config import TrackingConfig
 from tuner.redact import describe_error, mask_text, mask_url
 from tuner.store.locking import store_lock
 from tuner.store.retry import Outages, StorageUnavailable
@@ -56,7 +56,7 @@ from tuner.tracking.payloads import (
     tags_to_strings,
 )
 from tuner.tracking.probe import probe
-from tuner.tracking.replay import replay_if_back
+from tuner.tracking.resend import Resent, resend
 
 __all__ = ["Tracker"]
 
@@ -156,10 +156,22 @@ class Tracker(TrialLogging):
 
     def _look_if_back(self) -> None:
         """While the store is away, at most every few seconds: when a probe passes, replay the fallback."""
-        if self._outage.due() and (done := replay_if_back(self)) is not None:
+        if self._outage.due() and (done := self._resend_if_back()) is not None:
             self._ids.update(done.ids)
             self._retry.reset()
             self._outage.end(done.written)
+
+    def _resend_if_back(self) -> Resent | None:
+        """Once a short probe passes, the fallback file re-sent through a tracker of the same store that fails
+        rather than falls back; None while the store is still away (or away again: the next look goes on from
+        the first record not written)."""
+        if not probe(self.uri, self.probe_timeout_s).reachable:
+            return None
+        resender = Tracker(self.uri, self.experiment, OnUnreachable.FAIL, artifact_location=self.artifact_location)
+        try:
+            return resend(self.fallback_path, resender)
+        except TrackingError:
+            return None
 
     def _guard(self, action: Callable[[], T], offline: Callable[[FallbackTracker], T], *run_ids: str) -> T:
         """Run a store write; on a store error raise (fail) or, from then on until the store is back, send
@@ -325,9 +337,10 @@ class Tracker(TrialLogging):
         return sorted(closed)
 
 
-def open_tracker(app: AppConfig, out_dir: Path) -> Tracker | FallbackTracker:
+def open_tracker(tracking: TrackingConfig, retry_s: float, out_dir: Path) -> Tracker | FallbackTracker:
     """The study's tracker, its store checked (under a lock: workers starting together on a fresh store);
-    the fallback file in `out_dir`. Raises TrackingError when the store is unreachable and must be."""
-    with store_lock(app.tracking.uri, "mlflow-tables"):
-        return Tracker(app.tracking.uri, app.tracking.experiment, app.tracking.on_unreachable,
-                       fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=app.storage.retry_s).check()
+    the fallback file in `out_dir`; the store retried through an outage of `retry_s` (storage.retry_s).
+    Raises TrackingError when the store is unreachable and must be."""
+    with store_lock(tracking.uri, "mlflow-tables"):
+        return Tracker(tracking.uri, tracking.experiment, tracking.on_unreachable,
+                       fallback_path=out_dir / "tracking-fallback.jsonl", retry_s=retry_s).check()

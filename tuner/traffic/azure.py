@@ -19,7 +19,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from tuner.traffic.fields import MAX_TIMESTAMP_S, LineError, ParsedLine, as_length, to_ns
+from tuner.traffic.fields import MAX_TIMESTAMP_S, LineError, LineParser, ParsedLine, as_length, to_ns
 from tuner.traffic.tokens import SyntheticPrompt
 
 NAME = "azure"
@@ -44,13 +44,11 @@ def sniff(text: str) -> bool:
         return False
 
 
-def make_parser(hash_block_size: int | None) -> Parser:
+class Parser(LineParser):
     """The format has no block ids: `hash_block_size` does not apply."""
-    return Parser()
 
-
-class Parser:
-    def __init__(self) -> None:
+    def __init__(self, hash_block_size: int | None = None) -> None:
+        super().__init__(hash_block_size)
         self.columns: tuple[int, int, int] | None = None  # positions of COLUMNS, from the header
         self.width = 0
 

@@ -132,6 +132,21 @@ class ParsedLine(NamedTuple):
     priority: int = 0
 
 
+class LineParser:
+    """One format's parser (each format module's `Parser`): `parse(text)` returns a `ParsedLine`, or None for a
+    line that holds no request (a CSV header), and raises `LineError` for a bad line. `block_size`: the tokens one
+    `hash_ids` block covers (`hash_block_size`, else the format's own default); formats without block ids have
+    no default and ignore it."""
+
+    DEFAULT_HASH_BLOCK_SIZE: int | None = None
+
+    def __init__(self, hash_block_size: int | None = None) -> None:
+        self.block_size = hash_block_size or self.DEFAULT_HASH_BLOCK_SIZE
+
+    def parse(self, text: str) -> ParsedLine | None:
+        raise NotImplementedError
+
+
 def request_id_of(value: Any, label: str) -> str:
     text = as_str(value, label)
     if not 1 <= len(text) <= 256:

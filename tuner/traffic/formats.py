@@ -1,8 +1,8 @@
 """The traffic formats by name, and detection of a file's format from its first lines.
 
 Each format is a module with `NAME`, `sniff(text) -> bool` (does this line look like mine?) and
-`make_parser(hash_block_size)`, whose parser's `parse(text)` returns a `ParsedLine`, or None for a line
-that holds no request (a CSV header), and raises `LineError` for a bad line. Formats without block
+`Parser(hash_block_size)`, a `fields.LineParser`: its `parse(text)` returns a `ParsedLine`, or None for a
+line that holds no request (a CSV header), and raises `LineError` for a bad line. Formats without block
 ids ignore `hash_block_size`.
 """
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Protocol
 
 from tuner.traffic import azure, mooncake, native, openai_log
-from tuner.traffic.fields import ParsedLine
+from tuner.traffic.fields import LineParser
 from tuner.traffic.reader import RawLine
 from tuner.traffic.requests import TrafficError
 
@@ -23,12 +22,8 @@ FORMATS: dict[str, ModuleType] = {m.NAME: m for m in (openai_log, mooncake, nati
 SNIFF_LINES = 20  # non-blank text lines looked at before giving up
 
 
-class Parser(Protocol):
-    def parse(self, text: str) -> ParsedLine | None: ...
-
-
-def make_parser(name: str, hash_block_size: int | None) -> Parser:
-    return FORMATS[name].make_parser(hash_block_size)
+def make_parser(name: str, hash_block_size: int | None) -> LineParser:
+    return FORMATS[name].Parser(hash_block_size)
 
 
 def detect(head: Iterable[RawLine], path: str) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.traffic import formats
-from tuner.traffic.fields import LineError, ParsedLine
+from tuner.traffic.fields import LineError, LineParser, ParsedLine
 from tuner.traffic.reader import RawLine, file_sha256, read_lines
 from tuner.traffic.requests import MAX_LISTED_SKIPS, SkippedLine, TrafficError, TrafficLoad, TrafficRequest
 from tuner.traffic.tokens import TOKEN_ID_OFFSET, ChatTokenizer, TokenFactory, Tokenizer, prompt_length
@@ -105,7 +105,7 @@ def load_traffic(path: str | Path, *, fmt: str = "auto", on_error: str = "raise"
 class _Run:
     """The state of one load: what was kept, skipped, rejected and truncated so far."""
 
-    def __init__(self, opts: _Options, parser: formats.Parser, factory: TokenFactory) -> None:
+    def __init__(self, opts: _Options, parser: LineParser, factory: TokenFactory) -> None:
         self.opts, self.parser, self.factory = opts, parser, factory
         self.stem = Path(opts.path).stem
         self.kept: list[_Kept] = []

@@ -19,6 +19,7 @@ from decimal import Decimal
 
 from tuner.traffic.fields import (
     LineError,
+    LineParser,
     ParsedLine,
     as_length,
     hash_block_segments,
@@ -41,13 +42,8 @@ def sniff(text: str) -> bool:
     return "input_length" in obj or "output_length" in obj
 
 
-def make_parser(hash_block_size: int | None) -> Parser:
-    return Parser(hash_block_size)
-
-
-class Parser:
-    def __init__(self, hash_block_size: int | None) -> None:
-        self.block_size = hash_block_size or DEFAULT_HASH_BLOCK_SIZE
+class Parser(LineParser):
+    DEFAULT_HASH_BLOCK_SIZE = DEFAULT_HASH_BLOCK_SIZE
 
     def parse(self, text: str) -> ParsedLine:
         obj = parse_object(text)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from tuner.traffic.fields import (
     MAX_TIMESTAMP_S,
     LineError,
+    LineParser,
     ParsedLine,
     as_int,
     as_length,
@@ -54,13 +55,8 @@ def sniff(text: str) -> bool:
     return any(key in obj for key in ("output_tokens", "prompt_tokens", "prompt_token_ids"))
 
 
-def make_parser(hash_block_size: int | None) -> Parser:
-    return Parser(hash_block_size)
-
-
-class Parser:
-    def __init__(self, hash_block_size: int | None) -> None:
-        self.block_size = hash_block_size or DEFAULT_HASH_BLOCK_SIZE
+class Parser(LineParser):
+    DEFAULT_HASH_BLOCK_SIZE = DEFAULT_HASH_BLOCK_SIZE
 
     def parse(self, text: str) -> ParsedLine:
         obj = parse_object(text)

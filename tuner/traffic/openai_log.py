@@ -29,6 +29,7 @@ from typing import Any
 from tuner.traffic.fields import (
     MAX_TIMESTAMP_S,
     LineError,
+    LineParser,
     ParsedLine,
     as_length,
     as_list,
@@ -62,12 +63,9 @@ def _lookup(obj: dict[str, Any], key: str) -> Any:
     return _MISSING
 
 
-def make_parser(hash_block_size: int | None) -> Parser:
+class Parser(LineParser):
     """The format has no block ids: `hash_block_size` does not apply."""
-    return Parser()
 
-
-class Parser:
     def parse(self, text: str) -> ParsedLine:
         obj = parse_object(text)
         stamp = _lookup(obj, "timestamp")

@@ -7,12 +7,12 @@ import pytest
 
 from runtime import ConfigError, EngineConfig, VirtualClock, model_info, sim_engine
 from tests.runtime.sim.sim_factories import tiny_profile, write_tiny_profile
-from tests.tuner.trials.test_sim_executor import _job, _requests
+from tests.tuner.executors.test_sim_executor import _job, _requests
 from tuner.config import ParamConfig, SearchConfig
 from tuner.deployment import Shape, deployment_line, deployment_meta, shapes, sim_deployment, with_shape_knob
+from tuner.executors.sim import SimExecutor
+from tuner.measure.replay import replay
 from tuner.traffic import TrafficRequest
-from tuner.trials.replay import replay
-from tuner.trials.sim import SimExecutor
 
 # SmolLM2-135M's heads, without reading its GGUF file
 SMOLLM2 = model_info("tiny")._replace(name="smollm2-135m", num_heads=9, num_kv_heads=3, intermediate_size=1536)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from runtime import EngineConfig
 from tuner.config import SloConfig
+from tuner.executors.parallel import measurement_workers
+from tuner.executors.sim import SimExecutor
 from tuner.results import finalists
 from tuner.results.finalists import Candidate, remeasure
 from tuner.testing import fake_app
 from tuner.traffic import SAMPLE_TRAFFIC, ReplayWindow, arrival_rate, load_traffic, select
-from tuner.trials.parallel import measurement_workers
-from tuner.trials.sim import SimExecutor
 
 
 def _candidate(label: str, trial: int, max_num_seqs: int) -> Candidate:
@@ -31,9 +31,9 @@ def main(profile: str) -> None:
     candidates = [_candidate("baseline", 0, 8), _candidate("trial 3", 3, 2)]
     ticks: list[int] = []
     print(f"workers {min(2, measurement_workers(executor, 4))}")
-    side_by_side = remeasure(executor, app, candidates, window, 2, lambda: ticks.append(1))
+    side_by_side = remeasure(executor, app.measuring, candidates, window, 2, lambda: ticks.append(1))
     finalists.measurement_workers = lambda executor, tasks: 1  # the same rounds, one at a time
-    one_at_a_time = remeasure(executor, app, candidates, window, 2)
+    one_at_a_time = remeasure(executor, app.measuring, candidates, window, 2)
     print(f"ticks {len(ticks)}")
     print(f"equal {side_by_side == one_at_a_time}")
     print("values", *side_by_side.values.values())

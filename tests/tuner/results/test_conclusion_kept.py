@@ -10,10 +10,10 @@ import optuna
 import pytest
 
 from tuner.interrupts import Interrupted
+from tuner.measure.job import TrialOutcome, TrialStatus
 from tuner.results.conclude import conclude
 from tuner.results.kept import KeptMeasurements
 from tuner.testing import FakeExecutor, run_fake_search, run_fake_study, window
-from tuner.trials.job import TrialOutcome, TrialStatus
 
 
 @pytest.fixture(autouse=True)
@@ -82,11 +82,11 @@ def test_a_signal_mid_conclusion_keeps_what_was_measured_and_a_rerun_resumes(tmp
     app, study = run_fake_search(tmp_path, Scripted(), 0, **SMALL)
     windows = (window("search"), window("validation", 40))
     with pytest.raises(Interrupted):  # 4 selection measurements, 2 of the proof, then the signal
-        conclude(Scripted(interrupt_at=7), app, study, *windows)
+        conclude(Scripted(interrupt_at=7), app.measuring, app.validation, study, *windows)
     assert KeptMeasurements(study).count() == 6
     again = Scripted()
     planned: list[int] = []
-    c = conclude(again, app, study, *windows, on_plan=planned.append)
+    c = conclude(again, app.measuring, app.validation, study, *windows, on_plan=planned.append)
     assert again.made == 10 - 6 and KeptMeasurements(study).count() == 10  # only what the signal left
     assert planned == [10, 10]  # what the bar counts: 2 configs x 2 rounds, then the pair x 3 rounds
     assert c.verdict.headline == whole.verdict.headline and c.pick.label == whole.pick.label

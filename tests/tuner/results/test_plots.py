@@ -122,7 +122,7 @@ def test_latency_cdf_without_latencies_writes_a_notice(tmp_path):
 
 
 def _probe(rate: float, attainments: list[float]):
-    from tuner.trials.job import Probe, ReplaySummary
+    from tuner.measure.job import Probe, ReplaySummary
 
     replays = tuple(ReplaySummary(rate, a >= 0.99, False, {"slo_attainment": a}) for a in attainments)
     return Probe(rate, replays, sum(r.passed for r in replays) * 2 > len(replays))

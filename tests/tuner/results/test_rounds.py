@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from tests.runtime.sim.sim_factories import write_tiny_profile
+from tuner.executors.sim import SimExecutor
 from tuner.results.conclude import measurements_planned
 from tuner.results.rounds import Rounds, conclusion_rounds
 from tuner.testing import FakeExecutor, fake_app
-from tuner.trials.sim import SimExecutor
 
 ROOT = Path(__file__).parents[3]
 
@@ -24,8 +24,8 @@ def test_a_simulated_conclusion_selects_in_one_round_and_proves_in_all():
 
 def test_the_progress_bar_counts_the_measurements_of_the_executor():
     app = fake_app(select_rounds=3, proof_rounds=8)
-    assert measurements_planned(app, 3, SimExecutor.__new__(SimExecutor)) == 1 * 4 + 8 * 2
-    assert measurements_planned(app, 3, FakeExecutor(lambda c: 1.0, 0.1, 0)) == 3 * 4 + 8 * 2
+    assert measurements_planned(app.validation, 3, SimExecutor.__new__(SimExecutor)) == 1 * 4 + 8 * 2
+    assert measurements_planned(app.validation, 3, FakeExecutor(lambda c: 1.0, 0.1, 0)) == 3 * 4 + 8 * 2
 
 
 def test_simulated_rounds_side_by_side_equal_the_same_rounds_one_at_a_time(tmp_path):

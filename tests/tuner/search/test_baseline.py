@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tuner.config import load_app_config
+from tuner.measure.job import Hardware
 from tuner.search.baseline import baseline_config
 from tuner.search.space import SearchSpace
-from tuner.trials.job import Hardware
 
 H200 = Hardware("cuda", "NVIDIA H200", 139.8, "1 x NVIDIA H200", "torch 2.11")
 CPU = Hardware("cpu", "CPU x86_64 x 2 cores", None, "CPU x86_64 x 2 cores", "torch 2.13")

@@ -12,7 +12,8 @@ from optuna.distributions import IntDistribution
 
 from runtime import EngineConfig, engine_limits, model_info
 from tuner.config import CONF_DIR, ParamConfig, SearchConfig, TunerConfigError, WhenConfig, load_app_config
-from tuner.search.space import BASELINE_ATTR, LONG_TIER_MAX_LEN, KnobMode, SearchSpace, is_baseline
+from tuner.search.space import LONG_TIER_MAX_LEN, KnobMode, SearchSpace
+from tuner.store.record import BASELINE_ATTR, is_baseline
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

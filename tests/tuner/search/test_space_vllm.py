@@ -7,9 +7,9 @@ import optuna
 import pytest
 
 from tuner.config import ParamConfig, SearchConfig, TunerConfigError, load_app_config
+from tuner.measure.job import Hardware
 from tuner.search.baseline import baseline_config
 from tuner.search.space import KnobMode, SearchSpace
-from tuner.trials.job import Hardware
 from tuner.vllm import is_vllm_defaults, trial_file, vllm_args
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

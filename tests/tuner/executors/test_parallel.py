@@ -1,0 +1,67 @@
+"""Independent measurements side by side: forked workers for the simulator, one at a time for anything else."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.sim.sim_factories import write_tiny_profile
+from tuner.executors.parallel import measurement_workers, parallel_map
+from tuner.testing import FakeExecutor
+
+ROOT = Path(__file__).parents[3]
+
+
+def test_results_come_back_in_task_order_from_forked_workers():
+    done: list[int] = []
+    here = os.getpid()
+    out = parallel_map(lambda i: (i * i, os.getpid()), 7, 2, lambda i, r: done.append(i))
+    assert [v for v, _ in out] == [0, 1, 4, 9, 16, 25, 36]
+    assert here not in {pid for _, pid in out}
+    assert sorted(done) == list(range(7))  # on_result ran here, once a task
+
+
+def test_one_worker_runs_the_tasks_in_this_process():
+    assert parallel_map(lambda i: (i, os.getpid()), 3, 1) == [(0, os.getpid()), (1, os.getpid()), (2, os.getpid())]
+
+
+def test_a_poll_that_raises_stops_the_map_within_a_second():
+    def slow(i: int) -> int:
+        time.sleep(30)
+        return i
+
+    polls: list[int] = []
+
+    def poll() -> None:
+        polls.append(1)
+        if len(polls) >= 2:
+            raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        parallel_map(slow, 4, 2, poll=poll)
+    assert time.monotonic() - start < 10  # not the 30 s a task takes: the pool is terminated
+    assert len(polls) == 2
+
+
+def test_a_failing_task_fails_the_map_here():
+    with pytest.raises(ZeroDivisionError):
+        parallel_map(lambda i: 1 // (i - 2), 4, 2)
+
+
+def test_only_simulated_measurements_run_side_by_side_and_never_from_a_torch_process(tmp_path):
+    code = ("import sys; from pathlib import Path; from tuner.executors.sim import SimExecutor\n"
+            "from tuner.executors.parallel import measurement_workers as w, usable_cores\n"
+            f"sim = SimExecutor(Path({str(write_tiny_profile(tmp_path))!r}))\n"
+            "print(w(sim, 20) == min(20, usable_cores()), w(sim, 1))\n"
+            "import torch\n"
+            "print(w(sim, 20))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PAGETUNE_PARALLEL_SIM": "1"})
+    assert done.stdout.split() == ["True", "1", "1"], done.stderr[-2000:]
+    assert measurement_workers(FakeExecutor(lambda c: 1.0, 0.1, 0), 20) == 1  # a noisy executor: one at a time

@@ -1,0 +1,98 @@
+"""Independent simulated measurements side by side, in processes, up to the cores this process may use.
+
+A simulated measurement (`executors.sim.SimExecutor`) is CPU work in this process on a virtual clock: its
+result does not depend on when it runs or on what runs beside it, so measurements that do not feed each
+other (the conclusion's rounds) can run at once. A real executor measures a device (one worker, one GPU) and
+an HTTP executor a server: on those, measurements beside each other would disturb each other, so they run
+one at a time.
+
+    parent ── fork ──> worker 1: task 0, task 2, ...      the task function is inherited by the fork (the
+           └─ fork ──> worker 2: task 1, ...              traffic and the profile with it: nothing pickled
+                                                          on the way in); each result is pickled back
+
+Workers ignore SIGINT (the parent decides; SIGTERM lets the pool end them) and, on Linux, die with the
+parent; the pool is
+terminated when the parent leaves the map by an exception. Results come back in task order, whatever order they
+finish in. A process that has imported torch is never forked (its thread pools do not survive a fork: the child
+can hang): the tuner's parent never imports it, so there the measurements run side by side.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tuner.executors.sim import SimExecutor
+
+__all__ = ["measurement_workers", "parallel_map", "usable_cores"]
+
+T = TypeVar("T")
+_task: Callable[[int], Any] | None = None  # a pool worker's task function, set once when the worker starts
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def measurement_workers(executor: object, tasks: int) -> int:
+    """How many of `tasks` measurements on `executor` may run at once: simulated ones up to the cores (where
+    processes can be forked safely), any other one at a time."""
+    forkable = "fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules
+    # Opt-in (PAGETUNE_PARALLEL_SIM=1) until a hang seen once in the tiny-profile quick start
+    # (tests/tuner/test_cli_sim.py) is understood: the 1-hour Azure study ran side by side without one.
+    forkable = forkable and os.environ.get("PAGETUNE_PARALLEL_SIM") == "1"
+    if not isinstance(executor, SimExecutor) or not forkable:
+        return 1
+    return max(1, min(tasks, usable_cores()))
+
+
+def parallel_map(task: Callable[[int], T], count: int, workers: int,
+                 on_result: Callable[[int, T], None] = lambda i, r: None,
+                 poll: Callable[[], None] = lambda: None) -> list[T]:
+    """[task(0), ..., task(count - 1)], on `workers` forked processes (in this one when 1). In this process:
+    `on_result(i, result)` as each task finishes, and `poll()` every half second while waiting, which may
+    raise to stop (a signal): the pool is terminated on the way out."""
+    if workers <= 1 or count <= 1:
+        return [_done(i, task(i), on_result) for i in range(count)]
+    results: dict[int, T] = {}
+    pool = multiprocessing.get_context("fork").Pool(min(workers, count), initializer=_start, initargs=(task,))
+    try:
+        pending = pool.imap_unordered(_run, range(count))
+        while len(results) < count:
+            try:
+                i, result = pending.next(timeout=0.5)
+            except multiprocessing.TimeoutError:
+                poll()
+                continue
+            results[i] = _done(i, result, on_result)
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+    return [results[i] for i in range(count)]
+
+
+def _done(i: int, result: T, on_result: Callable[[int, T], None]) -> T:
+    on_result(i, result)
+    return result
+
+
+def _start(task: Callable[[int], Any]) -> None:
+    """In a pool worker, once: its task function (inherited through fork), and signals left to the parent."""
+    global _task
+    _task = task
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; SIGTERM lets terminate() end a worker
+    if sys.platform == "linux":  # a parent killed outright (SIGKILL, a timeout) takes its workers with it
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _run(i: int) -> tuple[int, Any]:
+    assert _task is not None
+    return i, _task(i)
