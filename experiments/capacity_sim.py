@@ -8,10 +8,9 @@ from experiments.sim_lab import run_sim
 from runtime import EngineConfig, GpuProfile, VirtualClock, sim_engine
 from tuner.config import ObjectiveName, SloConfig
 from tuner.measure.job import Measurement, MeasurePlan
-from tuner.measure.measure import measure
 from tuner.measure.metrics import summarize
 from tuner.measure.replay import engine_replay, replay
-from tuner.measure.window import WindowReplayer
+from tuner.measure.window import measure_window
 from tuner.traffic import rebase
 
 POINT = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "output_tok_s")
@@ -32,8 +31,7 @@ def sim_capacity(config: EngineConfig, profile: GpuProfile, requests, slo: SloCo
     clock = VirtualClock()
     engine = sim_engine(config, profile, clock)
     plan = MeasurePlan(ObjectiveName.capacity, slo, repeats=1, tol=0.02)
-    replayer = WindowReplayer(engine_replay(engine, clock), requests, plan, quiet, lambda: 0.0)
-    return measure(replayer, plan, replayer.span_s)[0]
+    return measure_window(engine_replay(engine, clock), requests, plan, quiet, lambda: 0.0)[0]
 
 
 def sim_point(config: EngineConfig, profile: GpuProfile, requests, scale: float) -> dict[str, float]:
