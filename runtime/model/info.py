@@ -41,6 +41,16 @@ class ModelInfo(NamedTuple):
         """(layers, kv heads, head dim): what one token's K/V occupies per layer."""
         return self.num_layers, self.num_kv_heads, self.head_dim
 
+    @property
+    def num_params(self) -> int:
+        """Parameters of the decoder (embeddings, attention, MLP, norms, head), biases ignored: a tensor-parallel
+        rank's share of the weights (`runtime.sim.parallel.rank_weight_bytes`)."""
+        h, i, layers = self.hidden_size, self.intermediate_size, self.num_layers
+        attn = h * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
+        per_layer = attn + 3 * h * i + 2 * h
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + layers * per_layer + h + head
+
 
 def model_info(name: str) -> ModelInfo:
     """The shape and limits of a preset, a GGUF file (its metadata) or a local Hugging Face folder (config.json)."""
