@@ -14,6 +14,7 @@ import argparse
 
 import torch
 
+from experiments.bench_decode import paged_inputs
 from experiments.record import add_record_args, header, record
 from experiments.timing import time_ms
 from kernels.paged_decode import DecodeTuning, _num_partitions, launch_paged_decode
@@ -23,17 +24,6 @@ BATCHES = (1, 4, 8, 16, 32, 64, 128)
 CONTEXTS = (512, 1024, 1800, 4096)
 THRESHOLDS = (64, 256, 512, 2048, 10**6)  # 10**6: never split
 BLOCK = 16
-
-
-def inputs(batch: int, ctx: int, width: int, kv_heads: int, head_dim: int):
-    blocks = batch * (-(-ctx // BLOCK))
-    k = torch.randn(blocks + 1, BLOCK, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
-    tables = torch.zeros(batch, width, device="cuda", dtype=torch.int32)
-    used = -(-ctx // BLOCK)
-    tables[:, :used] = torch.randperm(blocks, device="cuda").view(batch, used).to(torch.int32)
-    lens = torch.full((batch,), ctx, device="cuda", dtype=torch.int32)
-    return k, v, tables, lens
 
 
 def device_us(q: torch.Tensor, kv: tuple[torch.Tensor, ...], threshold: int, tuning: DecodeTuning) -> float:
@@ -58,7 +48,7 @@ def main() -> None:
     tuning = DecodeTuning()
     for batch in BATCHES:
         for ctx in CONTEXTS:
-            kv = inputs(batch, ctx, width, kv_heads, head_dim)
+            kv = paged_inputs(batch, ctx, BLOCK, kv_heads=kv_heads, head_dim=head_dim, width=width)
             q = torch.randn(batch, q_heads, head_dim, device="cuda", dtype=torch.bfloat16)
             times = {t: device_us(q, kv, t, tuning) for t in THRESHOLDS}
             best = min(times, key=times.get)

@@ -19,24 +19,49 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections import defaultdict
 
 import torch
 
-from runtime import LLM, RequestOutputKind, SamplingParams
+from experiments.timing import time_phase
+from runtime import LLM, LLMEngine, RequestOutputKind, SamplingParams
 from runtime.model.presets import preset_config
 
+PHASES = (("scheduler", "schedule", "schedule"), ("graphs", "_stage", "stage"), ("graphs", "run", "run"),
+          ("sampler", "sample", "wait"), ("engine", "_postprocess", "postprocess"), ("engine", "_record", "record"))
 
-def timed(obj, name: str, into: dict[str, list[float]], key: str) -> None:
-    inner = getattr(obj, name)
 
-    def wrapper(*a, **kw):
-        t = time.perf_counter()
-        out = inner(*a, **kw)
-        into[key].append((time.perf_counter() - t) * 1e3)
-        return out
+def decoding(engine: LLMEngine, seqs: int, prompt_len: int, steps: int, vocab: int) -> None:
+    """`seqs` requests admitted and prefilled: every step from here is a pure decode step."""
+    engine.reset()
+    gen = torch.Generator().manual_seed(seqs)
+    params = SamplingParams(max_tokens=steps + 50, temperature=0.0, ignore_eos=True,
+                            output_kind=RequestOutputKind.FINAL_ONLY)
+    for i in range(seqs):
+        engine.add_request(f"s{seqs}-{i}", torch.randint(0, vocab, (prompt_len,), generator=gen).tolist(), params)
+    sched = engine.scheduler
+    while sched.waiting or any(s.num_computed_tokens < s.num_prompt_tokens for s in sched.running):
+        engine.step()
+    for _ in range(5):
+        engine.step()
 
-    setattr(obj, name, wrapper)
+
+def step_phases(engine: LLMEngine, steps: int) -> dict[str, float]:
+    """Median ms per step of each phase, and of the whole step ("wall")."""
+    owners = {"scheduler": engine.scheduler, "graphs": engine.runner.graphs, "sampler": engine.sampler,
+              "engine": engine}
+    spent: dict[str, float] = {}
+    for owner, name, phase in PHASES:
+        time_phase(owners[owner], name, spent, phase)
+    rows: list[dict[str, float]] = []
+    torch.cuda.synchronize()
+    for _ in range(steps):
+        spent.clear()
+        start = time.perf_counter()
+        engine.step()
+        rows.append({**spent, "wall": time.perf_counter() - start})
+    for owner, name, _ in PHASES:
+        delattr(owners[owner], name)  # the class's method again
+    return {k: statistics.median(r[k] for r in rows) * 1e3 for k in rows[0]}
 
 
 def main() -> None:
@@ -47,43 +72,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     vocab = preset_config(args.model).vocab_size
-    llm = LLM(model=args.model, max_model_len=4096, gpu_memory_utilization=0.9)
-    engine = llm.engine
+    engine = LLM(model=args.model, max_model_len=4096, gpu_memory_utilization=0.9).engine
     print("| model | seqs | wall | schedule | stage | launch | wait | post | record | gap | gap share |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for seqs in args.seqs:
-        engine.reset()
-        gen = torch.Generator().manual_seed(seqs)
-        params = SamplingParams(max_tokens=args.steps + 50, temperature=0.0, ignore_eos=True,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
-        for i in range(seqs):
-            engine.add_request(f"s{seqs}-{i}", torch.randint(0, vocab, (args.prompt_len,), generator=gen).tolist(),
-                               params)
-        sched = engine.scheduler
-        while sched.waiting or any(s.num_computed_tokens < s.num_prompt_tokens for s in sched.running):
-            engine.step()
-        for _ in range(5):
-            engine.step()
-        t: dict[str, list[float]] = defaultdict(list)
-        graphs = engine.runner.graphs
-        saved = (sched.schedule, graphs._stage, graphs.run, engine.sampler.sample, engine._postprocess, engine._record)
-        timed(sched, "schedule", t, "schedule")
-        timed(graphs, "_stage", t, "stage")
-        timed(graphs, "run", t, "run")
-        timed(engine.sampler, "sample", t, "wait")
-        timed(engine, "_postprocess", t, "postprocess")
-        timed(engine, "_record", t, "record")
-        torch.cuda.synchronize()
-        for _ in range(args.steps):
-            s = time.perf_counter()
-            engine.step()
-            t["wall"].append((time.perf_counter() - s) * 1e3)
-        (sched.schedule, graphs._stage, graphs.run, engine.sampler.sample, engine._postprocess,
-         engine._record) = saved
-        m = {k: statistics.median(v) for k, v in t.items()}
-        launch = m["run"] - m["stage"]
-        post = m["postprocess"] - m["wait"]
-        gap = m["wall"] - m["wait"]
+        decoding(engine, seqs, args.prompt_len, args.steps, vocab)
+        m = step_phases(engine, args.steps)
+        launch, post, gap = m["run"] - m["stage"], m["postprocess"] - m["wait"], m["wall"] - m["wait"]
         print(f"| {args.model} | {seqs} | {m['wall']:.3f} | {m['schedule']:.3f} | {m['stage']:.3f} | {launch:.3f} "
               f"| {m['wait']:.3f} | {post:.3f} | {m['record']:.3f} | {gap:.3f} | {gap / m['wall']:.1%} |", flush=True)
 

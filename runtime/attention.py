@@ -34,7 +34,7 @@ class DecodeBatch:
     tokens: slice  # rows of the flat batch, one token per sequence
     block_tables: torch.Tensor  # [B, max_blocks] int32
     context_lens: torch.Tensor  # [B] int32, including the new token
-    max_context: int | None = None  # the tier's longest context (its table width in tokens): sizes split-KV
+    max_context: int | None = None  # the tier's longest context (`TierSpec.max_context`): sizes split-KV
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ class DecodeGraphs:
         self.model, self.caches, self.kv = model, caches, kv
         tier = kv.tiers[0]
         self.block_size = tier.block_size
-        self.width = -(-tier.max_len // tier.block_size)  # block-table columns: a max_model_len request
+        self.width = tier.table_blocks  # block-table columns: a max_model_len request
+        self.max_context = tier.max_context
         self.pad_slot = tier.num_blocks * tier.block_size  # past the end: the Triton KV write skips it
         self.sizes = graph_buckets(max_batch)
         top = self.sizes[-1]
@@ -49,7 +50,7 @@ class DecodeGraphs:
 
     def _meta(self, b: int) -> AttentionMetadata:
         rows = slice(0, b)
-        decode = DecodeBatch(rows, self.tables[:b], self.context[:b], self.width * self.block_size)
+        decode = DecodeBatch(rows, self.tables[:b], self.context[:b], self.max_context)
         tier = TierBatch(0, rows, self.slots[:b], decode, None)
         k = self.kernel
         return AttentionMetadata((tier,), True, k.qk_clip, k.flash_min_len, k.split_kv_min_len)

@@ -43,7 +43,8 @@ def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_
           flash_min_len: int | None):
     """Decode or prefill part of one tier: (batch, token ids, positions, slots). `flash_min_len`: the Triton
     path's, to plan the prefill chunks' paths once for every layer (None: the torch reference, no plan)."""
-    bs = kv.tiers[items[0].seq.tier].block_size
+    tier = kv.tiers[items[0].seq.tier]
+    bs = tier.block_size
     ids: list[int] = []
     pos: list[int] = []
     slots: list[int] = []
@@ -65,9 +66,7 @@ def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_
     block_tables = _tables(tables, device)
     context_lens = _tensor(ctx, np.int32, device)
     if is_decode:
-        tier = kv.tiers[items[0].seq.tier]
-        width = -(-tier.max_len // tier.block_size) * tier.block_size  # as the CUDA graphs' tables: same split
-        batch = DecodeBatch(rows, block_tables, context_lens, width)
+        batch = DecodeBatch(rows, block_tables, context_lens, tier.max_context)
     else:
         plan = None if flash_min_len is None else plan_prefill(qsl, ctx, flash_min_len, device)
         batch = PrefillBatch(rows, block_tables, _tensor(qsl, np.int32, device), context_lens, plan)

@@ -23,6 +23,17 @@ class TierSpec(NamedTuple):
     num_blocks: int  # device blocks
     num_cpu_blocks: int  # swap blocks
 
+    @property
+    def table_blocks(self) -> int:
+        """Block-table columns of the longest request of the tier."""
+        return -(-self.max_len // self.block_size)
+
+    @property
+    def max_context(self) -> int:
+        """The longest context a block table of this tier can hold, in tokens: what decode attention sizes its
+        split-KV partitions by, in every path (eager, piecewise, CUDA graphs), so they split alike."""
+        return self.table_blocks * self.block_size
+
 
 class BlockCopy(NamedTuple):
     tier: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, NamedTuple
@@ -132,7 +133,7 @@ class ParsedLine(NamedTuple):
     priority: int = 0
 
 
-class LineParser:
+class LineParser(ABC):
     """One format's parser (each format module's `Parser`): `parse(text)` returns a `ParsedLine`, or None for a
     line that holds no request (a CSV header), and raises `LineError` for a bad line. `block_size`: the tokens one
     `hash_ids` block covers (`hash_block_size`, else the format's own default); formats without block ids have
@@ -143,8 +144,8 @@ class LineParser:
     def __init__(self, hash_block_size: int | None = None) -> None:
         self.block_size = hash_block_size or self.DEFAULT_HASH_BLOCK_SIZE
 
-    def parse(self, text: str) -> ParsedLine | None:
-        raise NotImplementedError
+    @abstractmethod
+    def parse(self, text: str) -> ParsedLine | None: ...
 
 
 def request_id_of(value: Any, label: str) -> str:
