@@ -17,6 +17,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
+from experiments.paged import paged_inputs
 from experiments.record import add_record_args, header, record
 from experiments.timing import copy_ceiling_tbs, time_ms
 from kernels.paged_decode import DecodeTuning, _num_partitions, launch_paged_decode
@@ -29,20 +30,6 @@ SWEEP = [DecodeTuning(*t) for t in [
     (64, 1, 256, 4, 3), (64, 4, 256, 4, 3), (64, 8, 256, 4, 3), (64, 2, 256, 4, 2), (64, 2, 256, 4, 4),
     (128, 2, 256, 4, 3), (32, 2, 256, 4, 3),
 ]]  # fmt: skip
-
-
-def paged_inputs(batch: int, ctx: int, block_size: int, dtype: torch.dtype = torch.bfloat16, *,
-                 kv_heads: int = KV_HEADS, head_dim: int = HEAD_DIM, width: int | None = None):
-    """(k_cache, v_cache, block_tables, context_lens) of `batch` sequences of `ctx` tokens on randomly placed
-    blocks; `width`: table columns (default: just enough), the unused ones 0, as an engine's wider tables."""
-    blocks_per_seq = -(-ctx // block_size)
-    num_blocks = batch * blocks_per_seq
-    k_cache = torch.randn(num_blocks, block_size, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16).to(dtype)
-    v_cache = torch.randn_like(k_cache, dtype=torch.bfloat16).to(dtype)
-    tables = torch.zeros(batch, width or blocks_per_seq, device="cuda", dtype=torch.int32)
-    tables[:, :blocks_per_seq] = torch.randperm(num_blocks, device="cuda").view(batch, blocks_per_seq)
-    lens = torch.full((batch,), ctx, device="cuda", dtype=torch.int32)
-    return k_cache, v_cache, tables, lens
 
 
 def time_paged(query, kv, tuning: DecodeTuning, split_min: int = SPLIT_KV_MIN_LEN) -> float:
@@ -87,7 +74,7 @@ def main() -> None:
         query = torch.randn(batch, Q_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         for block_size in BLOCK_SIZES:
             for tuning, split_min, dtype in runs_for(block_size, ctx, args.sweep):
-                kv = paged_inputs(batch, ctx, block_size, dtype)
+                kv = paged_inputs(batch, ctx, block_size, dtype, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
                 kv_bytes = 2 * kv[0].numel() * kv[0].element_size()  # K + V, as stored
                 parts = _num_partitions(batch * KV_HEADS, ctx, tuning, query.device) if ctx > split_min else 1
                 row = f"| {batch} x {ctx} | {block_size} | {str(dtype)[6:]} | {tuple(tuning)} | {split_min} | {parts} |"

@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from experiments.bench_decode import paged_inputs
+from experiments.paged import paged_inputs
 from experiments.record import add_record_args, header, record
 from experiments.timing import time_ms
 from kernels.paged_decode import DecodeTuning, _num_partitions, launch_paged_decode
