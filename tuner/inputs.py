@@ -10,7 +10,7 @@ import math
 from typing import NamedTuple
 
 from runtime import engine_limits, has_tokenizer, model_info
-from tuner.config import AppConfig, SloConfig
+from tuner.config import AppConfig, LongPrompts, SloConfig
 from tuner.measure.measure import highest_scale
 from tuner.measure.metrics import allowed_failures
 from tuner.measure.plan import Rates
@@ -60,10 +60,16 @@ def _traffic(app: AppConfig) -> TrafficLoad:
         raise TrafficError(
             f"{app.traffic}: {traffic.rejected_too_long} of {traffic.rejected_too_long + len(traffic.requests)} "
             f"requests ({traffic.rejected_share:.1%}) need more than max_model_len {limit} tokens (prompt + output) "
-            f"and would be rejected, above replay.max_rejected_share {app.replay.max_rejected_share:.0%}: pass "
-            "replay.long_prompts=truncate, or raise runtime.scheduler.max_model_len (the model allows "
-            f"{info.max_position_embeddings})")
+            f"and would be rejected, above replay.max_rejected_share {app.replay.max_rejected_share:.0%}: "
+            f"{_remedy(app)}raise runtime.scheduler.max_model_len (the model allows {info.max_position_embeddings})")
     return traffic
+
+
+def _remedy(app: AppConfig) -> str:
+    """What else would fit them: truncation, unless it is on already (then their outputs alone are too long)."""
+    if app.replay.long_prompts is LongPrompts.truncate:
+        return "their outputs alone reach it, even with prompts truncated: "
+    return "pass replay.long_prompts=truncate, or "
 
 
 def _windows(app: AppConfig, traffic: TrafficLoad) -> tuple[ReplayWindow, ReplayWindow | None, Rates]:

@@ -85,8 +85,6 @@ def check_mlflow(tmp: Path, study: str, n_trials: int) -> None:
 def test_cli_end_to_end_per_format(kind, tmp_path):
     traffic, extra = _traffic(kind, tmp_path)
     args = tuner_args(tmp_path, traffic, *extra, study=kind)
-    if kind == "mooncake":  # prompts of thousands of tokens, truncated: 256 of them parse and run as well as 1024
-        args = [a.replace("max_model_len=1024", "max_model_len=256") for a in args]
     result = run_tuner(args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "best.yaml:" in result.stdout and "mlflow ui --backend-store-uri" in result.stdout
@@ -134,3 +132,17 @@ def test_traffic_too_long_for_the_model_stops_with_one_line(tmp_path):
         "be rejected, above replay.max_rejected_share 5%: pass replay.long_prompts=truncate, or raise "
         "runtime.scheduler.max_model_len (the model allows 4096)")
     assert not (tmp_path / "out-t").exists()
+
+
+def test_outputs_too_long_even_truncated_do_not_suggest_truncating(tmp_path):
+    """With prompts truncated already, 2 of 3 outputs alone reach max_model_len 64: the advice says so."""
+    long = tmp_path / "long.jsonl"
+    long.write_text("".join(f'{{"timestamp": {i}, "prompt_tokens": 16, "output_tokens": {n}}}\n'
+                            for i, n in enumerate((8, 64, 90))))
+    result = run_tuner([*tuner_args(tmp_path, long), "runtime.scheduler.max_model_len=64",
+                        "replay.long_prompts=truncate"], cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {long}: 2 of 3 requests (66.7%) need more than max_model_len 64 tokens (prompt + output) and would "
+        "be rejected, above replay.max_rejected_share 5%: their outputs alone reach it, even with prompts "
+        "truncated: raise runtime.scheduler.max_model_len (the model allows 4096)")
