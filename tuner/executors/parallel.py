@@ -11,8 +11,9 @@ one at a time.
                                                           on the way in); each result is pickled back
 
 Workers ignore SIGINT (the parent decides; SIGTERM lets the pool end them) and, on Linux, die with the
-parent; the pool is
-terminated when the parent leaves the map by an exception. Results come back in task order, whatever order they
+parent. The pool is terminated only when the parent leaves the map by an exception (a stop, a failed task);
+after the last result it is closed and joined, so no worker is signalled on the way out. `PAGETUNE_PARALLEL_SIM=0`
+runs every measurement in this process. Results come back in task order, whatever order they
 finish in. A process that has imported torch is never forked (its thread pools do not survive a fork: the child
 can hang): the tuner's parent never imports it, so there the measurements run side by side.
 """
@@ -45,10 +46,7 @@ def measurement_workers(executor: object, tasks: int) -> int:
     """How many of `tasks` measurements on `executor` may run at once: simulated ones up to the cores (where
     processes can be forked safely), any other one at a time."""
     forkable = "fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules
-    # Opt-in (PAGETUNE_PARALLEL_SIM=1) until a hang seen once in the tiny-profile quick start
-    # (tests/tuner/test_cli_sim.py) is understood: the 1-hour Azure study ran side by side without one.
-    forkable = forkable and os.environ.get("PAGETUNE_PARALLEL_SIM") == "1"
-    if not isinstance(executor, SimExecutor) or not forkable:
+    if not isinstance(executor, SimExecutor) or not forkable or os.environ.get("PAGETUNE_PARALLEL_SIM") == "0":
         return 1
     return max(1, min(tasks, usable_cores()))
 
@@ -72,10 +70,12 @@ def parallel_map(task: Callable[[int], T], count: int, workers: int,
                 poll()
                 continue
             results[i] = _done(i, result, on_result)
-        pool.close()
-    finally:
+    except BaseException:  # a stop (poll) or a failed task: the workers still busy are ended
         pool.terminate()
         pool.join()
+        raise
+    pool.close()  # every task done: the workers leave on their own, none is signalled
+    pool.join()
     return [results[i] for i in range(count)]
 
 
