@@ -60,7 +60,7 @@ class StepMessage(NamedTuple):
 
     def apply_tables(self, kv: KVCacheManager) -> None:
         """Make `kv`'s block tables this step's (a rank's mirror of rank 0's tables, for its sequences)."""
-        kv.tables = {r.seq_id: r.table for r in self.rows}
+        kv.mirror_tables((r.seq_id, r.tier, r.table) for r in self.rows)
 
     def output(self) -> SchedulerOutput:
         scheduled = tuple(ScheduledSeq(_RemoteSeq(r.seq_id, r.tier, _Tokens(r.start, r.tokens)),  # type: ignore[arg-type]

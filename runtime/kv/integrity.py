@@ -38,15 +38,21 @@ def pool_problems(pool: BlockPool, refs: Counter[int], name: str) -> list[str]:
 
 
 def check_integrity(manager: KVCacheManager, live: Iterable[Sequence]) -> None:
-    """Raise IntegrityError unless every invariant holds for the sequences still alive (each one's tier says
-    which pools its tables draw on)."""
+    """Raise IntegrityError unless every invariant holds for the sequences still alive (each one's tables
+    belong to its tier)."""
     tier_of = {seq.seq_id: seq.tier for seq in live}
-    problems = [f"leaked table of finished sequence {s}" for s in set(manager.tables) - tier_of.keys()]
-    problems += [f"leaked swap table of finished sequence {s}" for s in set(manager.cpu_tables) - tier_of.keys()]
-    for tier in range(len(manager.tiers)):
-        refs = Counter(b for s, table in manager.tables.items() if tier_of.get(s) == tier for b in table)
-        cpu_refs = Counter(b for s, table in manager.cpu_tables.items() if tier_of.get(s) == tier for b in table)
-        problems += pool_problems(manager.pools[tier], refs, f"tier {tier}")
-        problems += pool_problems(manager.cpu_pools[tier], cpu_refs, f"tier {tier} swap")
+    problems = []
+    for tier in manager.by_tier:
+        for kind, tables in (("table", tier.tables), ("swap table", tier.cpu_tables)):
+            problems += [f"leaked {kind} of finished sequence {s}" for s in tables.keys() - tier_of.keys()]
+            problems += [f"{kind} of sequence {s} (tier {tier_of[s]}) held by tier {tier.index}"
+                         for s in tables.keys() & tier_of.keys() if tier_of[s] != tier.index]
+        problems += pool_problems(tier.pool, _refs(tier.tables), f"tier {tier.index}")
+        problems += pool_problems(tier.cpu_pool, _refs(tier.cpu_tables), f"tier {tier.index} swap")
     if problems:
         raise IntegrityError("KV integrity check failed:\n  " + "\n  ".join(problems[:20]))
+
+
+def _refs(tables: dict[int, list[int]]) -> Counter[int]:
+    """Block id -> how many tables hold it."""
+    return Counter(b for table in tables.values() for b in table)

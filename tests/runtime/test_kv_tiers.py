@@ -1,14 +1,26 @@
 """Two tiers driven through the real scheduler: the exact block tables, copies and prefix caches of a scripted run.
 
 The expected values were recorded on the manager before it routed to per-tier objects (`TierKV`) and are
-asserted unchanged after: prefix hits, a fork's copy-on-write, swap out and in, on both tiers at once.
+asserted unchanged after: prefix hits, a fork's copy-on-write, swap out and in, on both tiers at once. Then
+what the split itself promises: each tier holds its own sequences' tables, and the integrity check says when not.
 """
 
 from __future__ import annotations
 
+import pytest
+
+from runtime.kv.integrity import IntegrityError, check_integrity
 from runtime.kv.manager import KVCacheManager, TierSpec
 from runtime.sequence import Sequence
-from tests.runtime.kv_factories import assert_kv_invariants, live_seqs, make_child, make_scheduler, make_seq, run_step
+from tests.runtime.kv_factories import (
+    assert_kv_invariants,
+    live_seqs,
+    make_child,
+    make_scheduler,
+    make_seq,
+    prefill,
+    run_step,
+)
 
 TIERS = [TierSpec(16, 2, 12, 12), TierSpec(48, 4, 12, 12)]  # short requests in blocks of 2, long in blocks of 4
 SHARED = [3, 1, 4, 1, 5, 9, 2, 6]  # a prefix several prompts start with
@@ -88,3 +100,16 @@ def test_a_scripted_two_tier_run_keeps_its_block_ids():
     assert [list(pool.cached.items()) for pool in kv.pools] == [list(c.items()) for c in CACHES]
     assert [list(pool.free_queue) for pool in kv.pools] == FREE
     assert steps[-1] == ([], [sorted(c.values()) for c in CACHES], FREE)
+
+
+def test_each_tier_holds_only_its_sequences_tables():
+    kv = KVCacheManager(TIERS, enable_prefix_caching=False, watermark=0.0)
+    short, long = make_seq([1, 2, 3], 0, tier=0), make_seq([1] * 20, 1, tier=1)
+    prefill(kv, short)
+    prefill(kv, long)
+    assert [t.tables for t in kv.by_tier] == [{0: [0, 1]}, {1: [0, 1, 2, 3, 4]}]
+    assert kv.tables == {0: [0, 1], 1: [0, 1, 2, 3, 4]}  # the view across tiers
+    assert [t.pool.num_used for t in kv.by_tier] == [2, 5]
+    kv.by_tier[1].tables[0] = kv.by_tier[0].tables.pop(0)  # a planted fault: tier 1 holds tier 0's table
+    with pytest.raises(IntegrityError, match="table of sequence 0 \\(tier 0\\) held by tier 1"):
+        check_integrity(kv, [short, long])
