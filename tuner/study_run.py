@@ -60,9 +60,8 @@ class StudyRun:
 def open_study_run(app: AppConfig, console: Console, interrupts: Interrupts | None = None) -> StudyRun:
     """The study's objects, what it runs on said on the console as each is known. Raises TunerConfigError,
     ConfigError, TrafficError and WorkerStartError; the executors are closed when it raises."""
-    executors = open_executors(app, interrupts)
+    executors, app = open_executors(app, interrupts)
     try:
-        app = executors.app
         inputs = study_inputs(app)
         console.line(f"traffic: {inputs.traffic.summary()}")
         if arrivals := grouped_arrivals(inputs.search):  # said before the search: it can leave no rate meeting the SLO

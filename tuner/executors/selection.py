@@ -32,7 +32,6 @@ from tuner.search.space import SearchSpace
 class Executors(NamedTuple):
     search: Executor  # runs the trials
     measure: Executor  # re-measures the finalists and the baseline (the search's unless sim+real)
-    app: AppConfig  # the config the study runs with (simulating: the profile's model)
     sim: SimExecutor | None  # set when the trials are simulated
     notes: tuple[str, ...]  # console lines: what runs, and why
     interrupts: Interrupts | None = None  # SIGINT/SIGTERM: the search stops cleanly between or within trials
@@ -54,8 +53,9 @@ class Executors(NamedTuple):
             self.measure.close()
 
 
-def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> Executors:
-    """The executors for `app`; auto starts the worker to learn whether this machine has a GPU.
+def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> tuple[Executors, AppConfig]:
+    """The executors for `app`, and the config the study runs with on them (simulating: the profile's model,
+    and the deployment's shape searched); auto starts the worker to learn whether this machine has a GPU.
     Raises TunerConfigError (a missing or bad profile, sim+real without a simulator) and WorkerStartError."""
     kind, notes = app.executor.kind, []
     worker = None
@@ -91,11 +91,11 @@ def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> Exec
             worker.close()
         raise
     worker = worker or _worker(app, interrupts)
-    return Executors(worker, worker, app, None, tuple(notes), interrupts)
+    return Executors(worker, worker, None, tuple(notes), interrupts), app
 
 
 def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str],
-               interrupts: Interrupts | None) -> Executors:
+               interrupts: Interrupts | None) -> tuple[Executors, AppConfig]:
     path = app.executor.profile_path
     if not path.is_file():
         raise TunerConfigError(
@@ -120,13 +120,13 @@ def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str]
     if app.tuner.fidelity == "sim+real":
         worker = worker or _worker(app, interrupts)
         notes.append("tuner.fidelity=sim+real: the finalists and the baseline are measured on the real runtime")
-        return Executors(sim, worker, app, sim, tuple(notes), interrupts)
+        return Executors(sim, worker, sim, tuple(notes), interrupts), app
     if worker is not None:
         worker.close()
-    return Executors(sim, sim, app, sim, tuple(notes), interrupts)
+    return Executors(sim, sim, sim, tuple(notes), interrupts), app
 
 
-def _vllm(app: AppConfig, interrupts: Interrupts | None) -> Executors:
+def _vllm(app: AppConfig, interrupts: Interrupts | None) -> tuple[Executors, AppConfig]:
     """executor=vllm: vLLM probed, the knobs checked against its argument list, before any trial."""
     if app.tuner.fidelity == "sim+real":
         raise TunerConfigError("tuner.fidelity: sim+real searches in simulation: set executor=sim")
@@ -139,7 +139,7 @@ def _vllm(app: AppConfig, interrupts: Interrupts | None) -> Executors:
             f"and server log in {vllm.work_dir})")
     identity = {"vllm": vllm.probe.version, "model": model, "args": dict(app.executor.vllm.args),
                 "only_args": app.executor.vllm.only_args}
-    return Executors(vllm, vllm, app, None, (note,), interrupts, vllm.label, identity)
+    return Executors(vllm, vllm, None, (note,), interrupts, vllm.label, identity), app
 
 
 def _may_use_tiers(app: AppConfig) -> bool:

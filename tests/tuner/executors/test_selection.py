@@ -29,9 +29,9 @@ def _app(**sections):
 def test_simulating_runs_the_profiles_model_and_says_so(tmp_path):
     path = write_tiny_profile(tmp_path)
     app = _app(executor={"kind": "sim", "profile": str(path)}, runtime={"model": {"name": "llama-3-8b"}})
-    ex = open_executors(app)
+    ex, app = open_executors(app)
     assert isinstance(ex.search, SimExecutor) and ex.measure is ex.search is ex.sim
-    assert ex.app.runtime.model.name == "tiny"
+    assert app.runtime.model.name == "tiny"
     assert ex.notes[0] == "simulating tiny (the profile's model) in place of runtime.model.name llama-3-8b"
     assert ex.figures == f"simulated (profile: {path}, tiny on Test GPU (torch 2.13.0))"
 
@@ -51,7 +51,7 @@ def test_a_bad_profile_names_executor_profile(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto runs the real runtime on a GPU")
 def test_auto_without_a_gpu_simulates_the_profile_when_it_is_there(tmp_path):
     path = write_tiny_profile(tmp_path)
-    ex = open_executors(_app(executor={"profile": str(path)}))  # kind auto; this machine has no GPU
+    ex, _ = open_executors(_app(executor={"profile": str(path)}))  # kind auto; this machine has no GPU
     try:
         assert isinstance(ex.search, SimExecutor) and ex.measure is ex.search
         assert ex.notes[0] == f"executor: sim (no GPU here: {path} is simulated; executor=real runs the runtime " \
@@ -59,7 +59,7 @@ def test_auto_without_a_gpu_simulates_the_profile_when_it_is_there(tmp_path):
     finally:
         ex.close()
     missing = tmp_path / "none.json"
-    ex = open_executors(_app(executor={"profile": str(missing)}))
+    ex, _ = open_executors(_app(executor={"profile": str(missing)}))
     try:
         assert ex.sim is None and ex.figures == "measured on the real runtime"
         assert ex.notes == (f"executor: real (no GPU here, and no GPU profile at {missing} to simulate)",)
@@ -75,7 +75,7 @@ PROFILES = CONF_DIR / "profiles"
 def test_a_profile_without_a_tier_cost_is_named_when_tiers_are_searched(profile, warned):
     path = PROFILES / profile
     space = {"params": {"use_tiers": {"path": "tiers.enabled", "type": "categorical", "choices": [False, True]}}}
-    ex = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space))
+    ex, _ = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space))
     assert [n for n in ex.notes if NO_TIER_COST in n] == ([
         f"{path} {NO_TIER_COST}: simulated configs with block tiers pay nothing for it and look better than they "
         "are; python -m runtime.profile measures it now"] if warned else [])
@@ -84,11 +84,11 @@ def test_a_profile_without_a_tier_cost_is_named_when_tiers_are_searched(profile,
 def test_no_tier_warning_when_no_trial_can_use_tiers():
     path = PROFILES / "h200-qwen2-7b.json"
     space = {"params": {"seqs": {"path": "runtime.scheduler.max_num_seqs", "type": "int", "low": 8, "high": 64}}}
-    ex = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space))
+    ex, _ = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space))
     assert not [n for n in ex.notes if NO_TIER_COST in n]
     tiers = {"block_tiers": [{"max_len": 2048, "block_size": 16, "share": 0.5},
                              {"max_len": 8192, "block_size": 32, "share": 0.5}]}
-    ex = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space,
+    ex, _ = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space,
                              runtime={"cache": tiers}))  # the runtime's own config has them
     assert [n for n in ex.notes if NO_TIER_COST in n] != []
 
