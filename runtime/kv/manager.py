@@ -5,7 +5,10 @@ tables. This manager only picks the tier a request fits (`tier_for`) and hands e
 sequence's tier (`seq.tier`); usage is summed over tiers.
 
 The scheduler grows tables with `try_allocate` (the blocks, or None: preempt), and swaps with the
-query/action pairs `can_swap_in` then `swap_in`.
+query/action pairs `can_swap_in` then `swap_in`. `TierSpec` and `BlockCopy` are defined with `TierKV` and
+imported from here (`__all__`) by the rest of the runtime.
+
+    KVCacheManager.try_allocate(seq, n)  ->  by_tier[seq.tier].try_allocate(seq, n)  ->  its BlockPool
 """
 
 from __future__ import annotations
