@@ -2,7 +2,8 @@
 
 The server's config is the server's own: a job's `config` is not applied (nothing can be), only its
 measurement plan. The measurement is `tuner.measure.measure`'s, its replays `tuner.measure.http_replay`'s,
-so the metrics, the verdicts and the capacity search are the in-process ones. Torch-free: nothing of
+so the metrics, the verdicts and the capacity search are the in-process ones. Several servers (a deployment's
+replicas) are measured as one, behind the replay's least-outstanding-requests dispatcher. Torch-free: nothing of
 the runtime is loaded.
 """
 
@@ -32,14 +33,16 @@ class _Deadline(Exception):
 
 
 class HttpExecutor:
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str | Sequence[str]) -> None:
+        """`target`: a server's base URL (`http://HOST:PORT/v1`), or the replicas' of one deployment."""
         logging.getLogger("httpx2").setLevel(logging.WARNING)  # not a line per request on the console
-        self.target = target.rstrip("/")
+        self.targets = tuple(t.rstrip("/") for t in ((target,) if isinstance(target, str) else target))
+        self.target = self.targets[0]
         self._model: str | None = None
 
     @property
     def model(self) -> str:
-        """The model the server lists first (`GET /models`): what every request names."""
+        """The model the (first) server lists first (`GET /models`): what every request names."""
         if self._model is None:
             try:
                 self._model = served_model(self.target)
@@ -61,7 +64,7 @@ class HttpExecutor:
         def replay_fn(reqs, **kwargs):
             if time.monotonic() > deadline:
                 raise _Deadline
-            return http_replay(self.target, self.model, reqs, **kwargs)
+            return http_replay(self.targets, self.model, reqs, **kwargs)
 
         try:
             measurement, stopped_at = measure_window(replay_fn, requests, job.plan, on_progress, lambda: math.nan,
