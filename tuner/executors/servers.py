@@ -24,9 +24,14 @@ from tuner.interrupts import Interrupts
 from tuner.measure.job import TrialJob, TrialOutcome, TrialStatus
 from tuner.traffic import TrafficRequest
 
-__all__ = ["ServerSet"]
+__all__ = ["ServerSet", "trial_name"]
 
 SIGNAL_POLL_S = 0.5
+
+
+def trial_name(starts: int, job: TrialJob) -> str:
+    """What a start's config file and logs are named: its order, then the trial (a round after the search)."""
+    return f"{starts:03d}-" + (f"trial-{job.number}" if job.number >= 0 else f"round-{-job.number}")
 
 
 class ServerSet:

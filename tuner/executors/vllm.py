@@ -34,7 +34,7 @@ from runtime import EngineConfig
 from tuner.config import TunerConfigError, VllmExecutorConfig
 from tuner.executors.base import OnCheckpoint, OnProgress
 from tuner.executors.server_process import ServerProcess
-from tuner.executors.servers import ServerSet
+from tuner.executors.servers import ServerSet, trial_name
 from tuner.executors.vllm_probe import NO_VLLM
 from tuner.interrupts import Interrupts
 from tuner.measure.job import Hardware, TrialJob, TrialOutcome, TrialStatus
@@ -120,7 +120,7 @@ class VllmExecutor:
             return TrialOutcome(TrialStatus.error, reason="numerics knobs (kv_cache_dtype) change the output and the "
                                 "quality guardrail does not run on vLLM yet: freeze them with executor=vllm")
         self._starts += 1
-        name = f"{self._starts:03d}-" + (f"trial-{job.number}" if job.number >= 0 else f"round-{-job.number}")
+        name = trial_name(self._starts, job)
         config_file = self.work_dir / f"{name}.yaml"
         written = trial_file(job.config, model=self.model, deploy=self.cfg.args, only_args=self.cfg.only_args)
         config_file.write_text(yaml.safe_dump(written, sort_keys=False))
