@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ def trial_name(starts: int, job: TrialJob) -> str:
 
 class ServerSet:
     def __init__(self, servers: Sequence[ServerProcess]) -> None:
+        logging.getLogger("httpx2").setLevel(logging.WARNING)  # the readiness polls: not a line each on the console
         self.servers = list(servers)
 
     @property

@@ -17,7 +17,6 @@ trial serve the next. Torch-free and vLLM-free in this process.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -78,7 +77,6 @@ def probe_vllm(cfg: VllmExecutorConfig) -> VllmProbe:
 class VllmExecutor:
     def __init__(self, cfg: VllmExecutorConfig, model: str, probe: VllmProbe | None = None,
                  interrupts: Interrupts | None = None) -> None:
-        logging.getLogger("httpx2").setLevel(logging.WARNING)  # the readiness polls: not a line each on the console
         self.cfg, self.model = cfg, model
         self.probe = probe or probe_vllm(cfg)
         if shutil.which(cfg.command[0]) is None:
