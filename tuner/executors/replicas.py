@@ -54,12 +54,13 @@ class ReplicasExecutor:
     def __init__(self, devices: int, hardware: Hardware, interrupts: Interrupts | None = None,
                  work_dir: Path | None = None, command: Sequence[str] = SERVE,
                  env: Mapping[str, str] | None = None) -> None:
-        """`hardware`: the device, as a worker described it; `command`: the server's argv before `--config`
-        (anything serving the OpenAI API with these flags stands in)."""
+        """`hardware`: the device, as a worker described it (fewer GPUs than `devices`: TunerConfigError);
+        `command`: the server's argv before `--config` (anything serving the OpenAI API with these flags stands in)."""
         self.devices, self.hardware, self.command = devices, hardware, list(command)
         self.env = dict(os.environ if env is None else env)
-        if hardware.device_type == "cuda":
-            device_slices(devices, 1, self.env.get("CUDA_VISIBLE_DEVICES"))  # too few listed: refused at once
+        if hardware.device_type == "cuda" and hardware.gpus < devices:  # a replica would fall back to the CPU
+            raise TunerConfigError(f"devices: {devices} GPUs, but this machine shows {hardware.gpus} "
+                                   f"({hardware.summary})")
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="pagetune-replicas-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.interrupts = interrupts or Interrupts()

@@ -18,7 +18,7 @@ from tuner.executors.replicas import ReplicasExecutor, device_slices
 from tuner.measure.job import Hardware, MeasurePlan, TrialJob, TrialStatus
 
 CPU = Hardware("cpu", "CPU", None, "CPU x86_64 x 2 cores", "torch")
-GPU = Hardware("cuda", "NVIDIA H200", 139.8, "2 x NVIDIA H200", "torch")  # the description only: no GPU is used
+GPU = Hardware("cuda", "NVIDIA H200", 139.8, "2 x NVIDIA H200", "torch", gpus=2)  # a description: no GPU is used
 STANDIN = [sys.executable, str(Path(__file__).with_name("vllm_standin.py")), "serve"]
 # 8 pairs of requests 0.125 s apart (0.875 s), 4 tokens each: a light load for two tiny replicas on a CPU, each
 # pair sent to both when they are idle
@@ -91,7 +91,9 @@ def test_a_replica_that_cannot_start_fails_the_trial_and_the_next_trial_runs(tmp
     assert ok.status is TrialStatus.ok, ok.reason
 
 
-def test_each_replica_gets_consecutive_devices_of_the_visible_ones():
+def test_each_replica_gets_consecutive_devices_of_the_visible_ones(tmp_path):
+    with pytest.raises(TunerConfigError, match=r"^devices: 4 GPUs, but this machine shows 2 \(2 x NVIDIA H200\)$"):
+        ReplicasExecutor(4, GPU, work_dir=tmp_path)
     assert device_slices(4, 2, None) == ["0,1", "2,3"]
     assert device_slices(4, 1, "3,5,6,7") == ["3", "5", "6", "7"]
     assert device_slices(2, 2, "1,2,3") == ["1,2"]
