@@ -4,7 +4,8 @@
     start     every server at once, a thread each; the trial's setup_s (its overhead) is until the last is ready.
               The first that fails stops the others and fails the trial with its own last log lines
     measure   `HttpExecutor` over their URLs (several: behind the replay's least-outstanding-requests dispatcher)
-    died      a server gone after the measurement fails the trial: "died while measured: " and its log's tail
+    died      a server gone (seen between replays, and at the end) fails the trial: "died while measured: " and its
+              log's tail; the replays left are not made
     stop      every server, after the trial, and within half a second of a signal (the trial then raises
               Interrupted, as the worker's does)
 """
@@ -89,8 +90,8 @@ class ServerSet:
         threading.Thread(target=self._stop_on_signal, args=(interrupts, done), daemon=True).start()
         try:
             start_s = self.start(config_file, logs)
-            outcome = HttpExecutor(self.urls).run(job, requests, on_progress, on_checkpoint, timeout_s - start_s)
-            crashed = self.crashed()
+            http = HttpExecutor(self.urls, gone=self.crashed)
+            outcome = http.run(job, requests, on_progress, on_checkpoint, timeout_s - start_s)
         except ServerStartError as e:
             interrupts.check()  # stopped by a signal, not by the server
             return TrialOutcome(TrialStatus.error, reason=str(e))
@@ -98,8 +99,6 @@ class ServerSet:
             done.set()
             self.stop()
         interrupts.check()
-        if crashed is not None:
-            outcome = TrialOutcome(TrialStatus.error, reason=f"died while measured: {crashed}")
         return dataclasses.replace(outcome, setup_s=start_s)
 
     def _stop_on_signal(self, interrupts: Interrupts, done: threading.Event) -> None:

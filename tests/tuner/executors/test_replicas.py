@@ -59,9 +59,11 @@ def test_a_replica_that_dies_fails_the_trial_with_its_own_last_line(tmp_path, mo
     executor = ReplicasExecutor(2, GPU, work_dir=tmp_path, command=STANDIN)
     slow = tuple(request(f"r{i}", 0.1 * i, 8, 10, first_id=10 + 8 * i) for i in range(30))  # 3 s of replay
     seen: list[list[bytes]] = []
+    probes: set[int] = set()
 
-    def kill_replica_2(*progress) -> None:
+    def kill_replica_2(probe: int, *progress) -> None:
         """At the first request answered, replica 2 is killed (its slice of the devices read first)."""
+        probes.add(probe)
         if seen:
             return
         proc = executor._servers.servers[1]._proc
@@ -69,9 +71,9 @@ def test_a_replica_that_dies_fails_the_trial_with_its_own_last_line(tmp_path, mo
         seen.append([e for e in environ if e.startswith(b"CUDA_VISIBLE_DEVICES=")])
         proc.send_signal(signal.SIGKILL)
 
-    goodput = TrialJob(0, _job().config, None, "w", MeasurePlan(ObjectiveName.goodput, SloConfig(), 1))
-    outcome = executor.run(goodput, slow, kill_replica_2, lambda p: True, 60)
+    outcome = executor.run(_job(), slow, kill_replica_2, lambda p: True, 60)
     assert seen == [[b"CUDA_VISIBLE_DEVICES=1"]]  # its slice of the two devices
+    assert len(probes) == 1  # the capacity search went no further than the probe it died in
     assert outcome.status is TrialStatus.error and "\n" not in outcome.reason
     log = (tmp_path / "001-trial-0-replica-2.log").read_text()
     port = re.search(r"--port (\d+)", log).group(1)
