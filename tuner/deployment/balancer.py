@@ -2,8 +2,8 @@
 
 Each replica is a simulated engine on its own virtual clock (they step side by side in reality). The replay
 admits a request once the deployment's clock reaches its arrival, and the balancer hands it to the replica with
-the fewest outstanding requests (the lowest index of equals), as vLLM's router and most L7 balancers do under
-`least_request`. The deployment always steps the busy replica furthest behind, so the replicas' clocks stay
+the fewest outstanding requests (the lowest index of equals: `LeastOutstanding`, the rule the real replicas'
+dispatcher follows too). The deployment always steps the busy replica furthest behind, so the replicas' clocks stay
 within one step of each other; the deployment's clock is that replica's (every replica's, once all are idle).
 
     replica 0  |--step--|--step--|--step--|           clock = min over busy replicas
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from runtime import LLMEngine, RequestOutput, SamplingParams, VirtualClock
+from tuner.deployment.least_outstanding import LeastOutstanding
 
 __all__ = ["Deployment", "DeploymentClock", "DeploymentTotals"]
 
@@ -58,7 +59,7 @@ class Deployment:
     def __init__(self, engines: Sequence[LLMEngine], clocks: Sequence[VirtualClock]) -> None:
         self.engines, self.clocks = list(engines), list(clocks)
         self.clock = DeploymentClock(self)
-        self.outstanding = [0] * len(self.engines)
+        self.balancer = LeastOutstanding(len(self.engines))
         self.placed: dict[str, int] = {}  # request id -> its replica, for the replay since the last reset
 
     def busy(self) -> list[tuple[int, VirtualClock]]:
@@ -67,7 +68,7 @@ class Deployment:
     def reset(self) -> None:
         for e in self.engines:
             e.reset()
-        self.outstanding = [0] * len(self.engines)
+        self.balancer.reset()
         self.placed.clear()
 
     def has_unfinished_requests(self) -> bool:
@@ -75,11 +76,11 @@ class Deployment:
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
                     arrival_time: float | None = None, priority: int = 0) -> None:
-        replica = min(range(len(self.engines)), key=lambda i: (self.outstanding[i], i))
+        replica = self.balancer.pick()
         if not self.engines[replica].has_unfinished_requests() and arrival_time is not None:
             self.clocks[replica].jump_to(arrival_time)  # an idle replica's clock catches up with the arrival
         self.engines[replica].add_request(request_id, prompt_token_ids, params, arrival_time, priority)
-        self.outstanding[replica] += 1
+        self.balancer.add(replica)
         self.placed[request_id] = replica
 
     def step(self) -> list[RequestOutput]:
@@ -88,7 +89,7 @@ class Deployment:
         outs = self.engines[replica].step()
         for out in outs:
             if out.finished:
-                self.outstanding[self.placed[out.request_id]] -= 1
+                self.balancer.done(self.placed[out.request_id])
         return outs
 
     @property

@@ -16,7 +16,8 @@ from typing import NamedTuple
 from runtime import ConfigError, EngineConfig, ModelInfo, check_tensor_parallel
 from tuner.config import ParamConfig, SearchConfig
 
-__all__ = ["SHAPE_KNOB", "Shape", "deployment_line", "deployment_meta", "shape_of", "shapes", "with_shape_knob"]
+__all__ = ["SHAPE_KNOB", "Shape", "deployment_line", "deployment_meta", "shape_of", "shapes", "shapes_line",
+           "with_shape_knob"]
 
 SHAPE_KNOB = "tensor_parallel_size"  # the knob's name and the runtime key it sets
 SHAPE_PATH = f"runtime.{SHAPE_KNOB}"
@@ -43,6 +44,14 @@ def shapes(devices: int, info: ModelInfo) -> tuple[Shape, ...]:
             continue
         found.append(Shape(degree, devices // degree))
     return tuple(found)
+
+
+def shapes_line(devices: int, info: ModelInfo) -> str:
+    """The console's line on the shapes a study searches (simulated or real)."""
+    found = shapes(devices, info)
+    return (f"deployment: {devices} devices; shapes {', '.join(s.label for s in found)}"
+            + (f" (searched as {SHAPE_KNOB})" if len(found) > 1 else "")
+            + "; a capacity is the whole deployment's (least-outstanding-requests balancer over the replicas)")
 
 
 def shape_of(config: EngineConfig, devices: int) -> Shape:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from runtime import EngineConfig, GpuProfile, LLMEngine, StepTimeModel, VirtualClock, sim_engine
 from tuner.deployment.balancer import Deployment, DeploymentClock
-from tuner.deployment.shape import SHAPE_KNOB, shape_of, shapes
+from tuner.deployment.shape import shape_of, shapes, shapes_line
 
 __all__ = ["deployment_label", "deployment_notes", "sim_deployment"]
 
@@ -35,11 +35,8 @@ def deployment_notes(devices: int, profile: GpuProfile) -> list[str]:
     """Console lines: the shapes searched, and how a tensor-parallel step is simulated."""
     if devices == 1:
         return []
-    found = shapes(devices, profile.info)
-    lines = [f"deployment: {devices} devices; shapes {', '.join(s.label for s in found)}"
-             + (f" (searched as {SHAPE_KNOB})" if len(found) > 1 else "")
-             + "; a capacity is the whole deployment's (least-outstanding-requests balancer over the replicas)"]
-    for s in found:
+    lines = [shapes_line(devices, profile.info)]
+    for s in shapes(devices, profile.info):
         if s.tensor_parallel_size > 1:
             cost = profile.allreduce_cost(s.tensor_parallel_size)
             how = "measured" if cost.measured else "unmeasured estimate (runtime/sim/parallel.py)"

@@ -8,6 +8,8 @@
     quality       the guardrail for numerics-changing knobs; probes: its fixed prompt set
     sim           SimExecutor: trials on the simulator, in-process
     parallel      independent simulated measurements side by side in forked processes
-    http          HttpExecutor: a deployed server measured over HTTP, in the parent
-    vllm, vllm_server, vllm_probe   executor=vllm: each trial on `vllm serve`, measured over HTTP
+    http          HttpExecutor: a deployed server (or a deployment's replicas) measured over HTTP, in the parent
+    server_process, servers   a server child process; a trial's servers started, measured over HTTP, stopped
+    vllm, vllm_probe          executor=vllm: each trial on `vllm serve`
+    replicas      ReplicasExecutor: executor real with devices > 1, each trial's replicas `python -m runtime.serve`
 """

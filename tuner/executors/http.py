@@ -2,7 +2,8 @@
 
 The server's config is the server's own: a job's `config` is not applied (nothing can be), only its
 measurement plan. The measurement is `tuner.measure.measure`'s, its replays `tuner.measure.http_replay`'s,
-so the metrics, the verdicts and the capacity search are the in-process ones. Torch-free: nothing of
+so the metrics, the verdicts and the capacity search are the in-process ones. Several servers (a deployment's
+replicas) are measured as one, behind the replay's least-outstanding-requests dispatcher. Torch-free: nothing of
 the runtime is loaded.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import httpx2
 
@@ -31,15 +32,23 @@ class _Deadline(Exception):
     """The trial ran past its timeout (checked between replays)."""
 
 
+class _Gone(Exception):
+    """A server of the measurement is gone (checked between replays): its exit and last log lines."""
+
+
 class HttpExecutor:
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str | Sequence[str], gone: Callable[[], str | None] = lambda: None) -> None:
+        """`target`: a server's base URL (`http://HOST:PORT/v1`), or the replicas' of one deployment. `gone`: why a
+        server this process started has exited (None while all run): asked between replays and at the end."""
         logging.getLogger("httpx2").setLevel(logging.WARNING)  # not a line per request on the console
-        self.target = target.rstrip("/")
+        self.targets = tuple(t.rstrip("/") for t in ((target,) if isinstance(target, str) else target))
+        self.target = self.targets[0]
+        self.gone = gone
         self._model: str | None = None
 
     @property
     def model(self) -> str:
-        """The model the server lists first (`GET /models`): what every request names."""
+        """The model the (first) server lists first (`GET /models`): what every request names."""
         if self._model is None:
             try:
                 self._model = served_model(self.target)
@@ -61,16 +70,26 @@ class HttpExecutor:
         def replay_fn(reqs, **kwargs):
             if time.monotonic() > deadline:
                 raise _Deadline
-            return http_replay(self.target, self.model, reqs, **kwargs)
+            if (why := self.gone()) is not None:
+                raise _Gone(why)
+            return http_replay(self.targets, self.model, reqs, **kwargs)
 
         try:
             measurement, stopped_at = measure_window(replay_fn, requests, job.plan, on_progress, lambda: math.nan,
                                                      on_checkpoint)
         except _Deadline:
             return TrialOutcome(TrialStatus.timeout, reason=f"timed out after {timeout_s:g} s (tuner.trial_timeout_s)")
+        except _Gone as e:
+            return _died(str(e))
         except (httpx2.HTTPError, WorkerStartError) as e:
             return TrialOutcome(TrialStatus.error, reason=f"{type(e).__name__}: {e}")
+        if (why := self.gone()) is not None:  # during the last replay: its figures are not the server's
+            return _died(why)
         return measured_outcome(measurement, stopped_at, None, 0.0, False)
 
     def close(self) -> None:
         """Nothing is held between replays (each opens its own connections)."""
+
+
+def _died(why: str) -> TrialOutcome:
+    return TrialOutcome(TrialStatus.error, reason=f"died while measured: {why}")

@@ -8,7 +8,8 @@
                           exists, else real
     vllm       single     VllmExecutor (vllm serve)   VllmExecutor: vLLM's own figures throughout
 
-With `devices` > 1 (simulated only), the search picks the deployment's shape too (`tuner.deployment`).
+With `devices` > 1 the search picks the deployment's shape too (`tuner.deployment`): simulated, or on the real
+runtime as servers, one per replica (`ReplicasExecutor`; sim+real is refused: the refit needs timed steps).
 
 Simulating, the runtime's model is the profile's (the step times are that model's on that GPU); the
 console says so when it replaces the configured one.
@@ -19,9 +20,11 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+from runtime import model_info
 from tuner.config import AppConfig, TunerConfigError
-from tuner.deployment import deployment_notes, with_shape_knob
+from tuner.deployment import deployment_notes, shapes_line, with_shape_knob
 from tuner.executors.base import Executor
+from tuner.executors.replicas import ReplicasExecutor
 from tuner.executors.sim import SimExecutor
 from tuner.executors.supervisor import WorkerSupervisor
 from tuner.executors.vllm import VllmExecutor
@@ -80,9 +83,6 @@ def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> tupl
     try:
         if kind == "sim":
             return _simulated(app, worker, notes, interrupts)
-        if app.devices > 1:
-            raise TunerConfigError(f"devices: {app.devices} devices are searched in simulation only for now: set "
-                                   "executor=sim (the real runtime runs one deployment shape on this machine)")
         if app.tuner.fidelity == "sim+real":
             raise TunerConfigError("tuner.fidelity: sim+real searches in simulation: set executor=sim "
                                    "(and executor.profile=PATH)")
@@ -91,7 +91,29 @@ def open_executors(app: AppConfig, interrupts: Interrupts | None = None) -> tupl
             worker.close()
         raise
     worker = worker or _worker(app, interrupts)
+    if app.devices > 1:
+        return _replicas(app, worker, notes, interrupts)
     return Executors(worker, worker, None, tuple(notes), interrupts), app
+
+
+def _replicas(app: AppConfig, worker: WorkerSupervisor, notes: list[str],
+              interrupts: Interrupts | None) -> tuple[Executors, AppConfig]:
+    """`devices` > 1 on the real runtime: the worker describes the device and goes; each trial's replicas are
+    servers (`ReplicasExecutor`), and the shape is a knob over the model's heads."""
+    try:
+        hardware = worker.describe(app.runtime)
+    finally:
+        worker.close()
+    replicas = ReplicasExecutor(app.devices, hardware, interrupts)
+    if interrupts is not None:
+        interrupts.on_force = replicas.close  # a second signal: the servers go too (each in a group of its own)
+    info = model_info(app.runtime.model.name)
+    app = dataclasses.replace(app, search=with_shape_knob(app.search, app.devices, info))
+    notes += [shapes_line(app.devices, info),
+              f"executor: real, {app.devices} devices: each trial's replicas are python -m runtime.serve servers, "
+              f"measured over HTTP behind the least-outstanding-requests dispatcher (configs and logs in "
+              f"{replicas.work_dir})"]
+    return Executors(replicas, replicas, None, tuple(notes), interrupts), app
 
 
 def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str],
@@ -118,6 +140,9 @@ def _simulated(app: AppConfig, worker: WorkerSupervisor | None, notes: list[str]
         notes.append(f"{path} has no cost for a second block tier (tier_s 0): simulated configs with block tiers "
                      "pay nothing for it and look better than they are; python -m runtime.profile measures it now")
     if app.tuner.fidelity == "sim+real":
+        if app.devices > 1:
+            raise TunerConfigError(f"tuner.fidelity: sim+real refits the profile from timed engine steps, which a "
+                                   f"deployment of {app.devices} devices (measured over HTTP) does not give: devices 1")
         worker = worker or _worker(app, interrupts)
         notes.append("tuner.fidelity=sim+real: the finalists and the baseline are measured on the real runtime")
         return Executors(sim, worker, sim, tuple(notes), interrupts), app

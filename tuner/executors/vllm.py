@@ -5,9 +5,9 @@
     check     every knob's vLLM option and value, and executor.vllm.args, against that argument list
               (before the first trial; one line naming the key and the version)
     run       the trial's file (tuner.vllm.trial_file: the vllm.yaml writer, or only the model for vLLM's
-              defaults) -> VllmServer.start (its seconds are the trial's setup_s, the overhead) ->
-              HttpExecutor's measurement (the same as replay.target's) -> stop; a server that cannot start,
-              or that died while measured, fails the trial with its own last log lines
+              defaults) -> `ServerSet.run` on one `vllm serve`: started (its seconds are the trial's setup_s, the
+              overhead), HttpExecutor's measurement (the same as replay.target's), stopped; a server that cannot
+              start, or that died while measured, fails the trial with its own last log lines
     close     stops a server a signal left running
 
 Every start shares VLLM_CACHE_ROOT (executor.vllm.cache_dir), so compiled graphs and kernels built by one
@@ -16,15 +16,12 @@ trial serve the next. Torch-free and vLLM-free in this process.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -35,9 +32,9 @@ from optuna.distributions import CategoricalDistribution
 from runtime import EngineConfig
 from tuner.config import TunerConfigError, VllmExecutorConfig
 from tuner.executors.base import OnCheckpoint, OnProgress
-from tuner.executors.http import HttpExecutor
+from tuner.executors.server_process import ServerProcess
+from tuner.executors.servers import ServerSet, trial_name
 from tuner.executors.vllm_probe import NO_VLLM
-from tuner.executors.vllm_server import ServerStartError, VllmServer
 from tuner.interrupts import Interrupts
 from tuner.measure.job import Hardware, TrialJob, TrialOutcome, TrialStatus
 from tuner.search.space import KnobMode, SearchSpace
@@ -80,7 +77,6 @@ def probe_vllm(cfg: VllmExecutorConfig) -> VllmProbe:
 class VllmExecutor:
     def __init__(self, cfg: VllmExecutorConfig, model: str, probe: VllmProbe | None = None,
                  interrupts: Interrupts | None = None) -> None:
-        logging.getLogger("httpx2").setLevel(logging.WARNING)  # the readiness polls: not a line each on the console
         self.cfg, self.model = cfg, model
         self.probe = probe or probe_vllm(cfg)
         if shutil.which(cfg.command[0]) is None:
@@ -89,7 +85,7 @@ class VllmExecutor:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         cache = cfg.cache_dir or Path.home() / ".cache" / "pagetune" / "vllm"
         self.env = {**os.environ, "VLLM_CACHE_ROOT": str(cache), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-        self._server: VllmServer | None = None
+        self._servers: ServerSet | None = None  # the trial's server, while it runs
         self._starts = 0  # names each start's config file and log, in order
         self.interrupts = interrupts or Interrupts()  # a signal stops the server at once; the trial is re-queued
 
@@ -122,40 +118,23 @@ class VllmExecutor:
             return TrialOutcome(TrialStatus.error, reason="numerics knobs (kv_cache_dtype) change the output and the "
                                 "quality guardrail does not run on vLLM yet: freeze them with executor=vllm")
         self._starts += 1
-        name = f"{self._starts:03d}-" + (f"trial-{job.number}" if job.number >= 0 else f"round-{-job.number}")
+        name = trial_name(self._starts, job)
         config_file = self.work_dir / f"{name}.yaml"
         written = trial_file(job.config, model=self.model, deploy=self.cfg.args, only_args=self.cfg.only_args)
         config_file.write_text(yaml.safe_dump(written, sort_keys=False))
-        server = VllmServer(self.cfg.command, self.env, min(self.cfg.start_timeout_s, timeout_s), self.cfg.stop_grace_s)
-        self._server, done = server, threading.Event()
-        threading.Thread(target=self._stop_on_signal, args=(server, done), daemon=True).start()
+        server = ServerProcess([*self.cfg.command, "serve"], self.env, min(self.cfg.start_timeout_s, timeout_s),
+                               self.cfg.stop_grace_s, "vllm serve", "executor.vllm.start_timeout_s")
+        self._servers = ServerSet([server])
         try:
-            start_s = server.start(config_file, self.work_dir / f"{name}.log")
-            outcome = HttpExecutor(server.url).run(job, requests, on_progress, on_checkpoint, timeout_s - start_s)
-            crashed = server.crashed()
-        except ServerStartError as e:
-            self.interrupts.check()  # stopped by a signal, not by vLLM
-            return TrialOutcome(TrialStatus.error, reason=str(e))
+            return self._servers.run(config_file, [self.work_dir / f"{name}.log"], job, requests, on_progress,
+                                     on_checkpoint, timeout_s, self.interrupts)
         finally:
-            done.set()
-            self._server = None
-            server.stop()
-        self.interrupts.check()
-        if crashed is not None:
-            outcome = TrialOutcome(TrialStatus.error, reason=f"died while measured: {crashed}")
-        return dataclasses.replace(outcome, setup_s=start_s)
-
-    def _stop_on_signal(self, server: VllmServer, done: threading.Event) -> None:
-        """A signal stops the server within half a second: its replays then end at once, and `run` raises."""
-        while not done.wait(0.5):
-            if self.interrupts.requested:
-                server.stop()
-                return
+            self._servers = None
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+        if self._servers is not None:
+            self._servers.stop()
+            self._servers = None
 
 
 def _sample_values(distribution: Any) -> list[Any]:

@@ -39,7 +39,8 @@ def hardware(config: EngineConfig) -> Hardware:
     info = describe_device(config)
     versions = f"torch {info.torch_version}" + (f", triton {info.triton_version}" if info.triton_version else "")
     versions += f", CUDA {info.driver}" if info.driver else ""
-    return Hardware(info.type, info.name, info.memory_gb, info.hardware, versions)
+    gpus = torch.cuda.device_count() if info.type == "cuda" else 0
+    return Hardware(info.type, info.name, info.memory_gb, info.hardware, versions, gpus=gpus)
 
 
 def worker_main(conn: Connection, cpu_threads: int | None, memory_limit_gb: float | None) -> None:

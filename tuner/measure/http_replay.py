@@ -12,6 +12,11 @@ length, greedy, `ignore_eos` (vLLM's and SGLang's extra, pagetune's too), `strea
     tokens       the usage's counts (`prompt_tokens`, `completion_tokens`, `prompt_tokens_details.cached_tokens`);
                  without usage, the chunks and the prompt's length
 
+Over several servers (a deployment's replicas, `tuner.executors.replicas`) each request goes, when it is sent, to
+the server with the fewest of the replay's requests in flight, the lowest index of equals: the simulated
+balancer's rule (`tuner.deployment.LeastOutstanding`). A request is in flight from its send until its stream
+ends, or fails.
+
 An answer other than 200, or a connection that fails, is a rejected request with the server's message.
 Idle gaps are skipped as in-process: while none of the replay's requests is open the clock jumps to the
 next arrival (the server is assumed to serve this replay alone), so a sparse window, or a capacity probe
@@ -31,6 +36,7 @@ from typing import Any
 import httpx2
 
 from tuner.config import SloConfig
+from tuner.deployment.least_outstanding import LeastOutstanding
 from tuner.measure.replay import ReplayClock, is_miss, replay_result
 from tuner.measure.timeline import ReplayResult, RequestRecord
 from tuner.traffic import TrafficRequest
@@ -48,16 +54,20 @@ def served_model(target: str) -> str:
     return response.json()["data"][0]["id"]
 
 
-def http_replay(target: str, model: str, requests: Sequence[TrafficRequest], *, slo: SloConfig | None = None,
-                stop_after_misses: int | None = None, progress: Progress | None = None) -> ReplayResult:
-    """Replay `requests` (first arrival at 0.0) against `target` (`http://HOST:PORT/v1`)."""
-    return asyncio.run(_Replay(target, model, slo, stop_after_misses, progress).run(requests))
+def http_replay(target: str | Sequence[str], model: str, requests: Sequence[TrafficRequest], *,
+                slo: SloConfig | None = None, stop_after_misses: int | None = None,
+                progress: Progress | None = None) -> ReplayResult:
+    """Replay `requests` (first arrival at 0.0) against `target` (`http://HOST:PORT/v1`), or against several such
+    servers behind the least-outstanding-requests dispatcher."""
+    targets = (target,) if isinstance(target, str) else tuple(target)
+    return asyncio.run(_Replay(targets, model, slo, stop_after_misses, progress).run(requests))
 
 
 class _Replay:
-    def __init__(self, target: str, model: str, slo: SloConfig | None, stop_after: int | None,
+    def __init__(self, targets: tuple[str, ...], model: str, slo: SloConfig | None, stop_after: int | None,
                  progress: Progress | None) -> None:
-        self.target, self.model, self.slo, self.stop_after, self.progress = target, model, slo, stop_after, progress
+        self.targets, self.model, self.slo, self.stop_after, self.progress = targets, model, slo, stop_after, progress
+        self.dispatcher = LeastOutstanding(len(targets))
         self.records: list[RequestRecord] = []
         self.misses = 0
         self.stop = asyncio.Event()  # the verdict is certain: send nothing more, close what is open
@@ -90,7 +100,9 @@ class _Replay:
                 break
             self.open += 1
             self.idle.clear()
-            tasks.append(asyncio.ensure_future(self._one(client, req)))
+            replica = self.dispatcher.pick()
+            self.dispatcher.add(replica)
+            tasks.append(asyncio.ensure_future(self._one(client, req, replica)))
         return tasks
 
     async def _until(self, arrival_s: float) -> None:
@@ -104,10 +116,11 @@ class _Replay:
             for w in waits:
                 w.cancel()
 
-    async def _one(self, client: httpx2.AsyncClient, req: TrafficRequest) -> None:
+    async def _one(self, client: httpx2.AsyncClient, req: TrafficRequest, replica: int) -> None:
         try:
-            record = await _send(client, self.target, self.model, req, self.clock)
+            record = await _send(client, self.targets[replica], self.model, req, self.clock)
         finally:
+            self.dispatcher.done(replica)
             self.open -= 1
             if self.open == 0:
                 self.idle.set()

@@ -129,6 +129,7 @@ class Hardware(NamedTuple):
     summary: str  # "1 x NVIDIA H200" or "CPU x86_64 x 2 cores"
     versions: str  # "torch 2.13.0, triton 3.6.0, CUDA 13.0"
     unmodelled: frozenset[str] = frozenset()  # dotted runtime fields a simulated device cannot tell apart
+    gpus: int = 0  # the GPUs the worker sees (CUDA_VISIBLE_DEVICES applied); 0 on a CPU: what `devices` may use
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from tuner.config import (
     TunerConfigError,
     load_app_config,
 )
+from tuner.executors.replicas import ReplicasExecutor
 from tuner.executors.selection import open_executors
 from tuner.executors.sim import SimExecutor
 from tuner.traffic import SAMPLE_TRAFFIC
@@ -39,6 +40,26 @@ def test_simulating_runs_the_profiles_model_and_says_so(tmp_path):
 def test_sim_plus_real_needs_a_simulated_search():
     with pytest.raises(TunerConfigError, match=r"^tuner\.fidelity: sim\+real searches in simulation"):
         open_executors(_app(executor={"kind": "real"}, tuner={"fidelity": "sim+real"}))
+
+
+def test_devices_on_the_real_runtime_run_replicas_and_search_the_shape(tmp_path):
+    ex = open_executors(_app(executor={"kind": "real"}, devices=2, runtime={"model": {"name": "tiny"}}))
+    try:
+        assert isinstance(ex.search, ReplicasExecutor) and ex.measure is ex.search and ex.sim is None
+        assert ex.search.describe(ex.app.runtime).device_type == ("cuda" if torch.cuda.is_available() else "cpu")
+        assert ex.app.search.params["tensor_parallel_size"].choices == [1, 2]
+        assert ex.notes == ("deployment: 2 devices; shapes TP 1 x 2 replicas, TP 2 x 1 replica (searched as "
+                            "tensor_parallel_size); a capacity is the whole deployment's (least-outstanding-requests "
+                            "balancer over the replicas)",
+                            "executor: real, 2 devices: each trial's replicas are python -m runtime.serve servers, "
+                            "measured over HTTP behind the least-outstanding-requests dispatcher (configs and logs in "
+                            f"{ex.search.work_dir})")
+    finally:
+        ex.close()
+    with pytest.raises(TunerConfigError, match=r"^tuner\.fidelity: sim\+real refits the profile from timed engine "
+                                               r"steps, which a deployment of 2 devices"):
+        open_executors(_app(executor={"kind": "sim", "profile": str(write_tiny_profile(tmp_path))}, devices=2,
+                            tuner={"fidelity": "sim+real"}))
 
 
 def test_a_bad_profile_names_executor_profile(tmp_path):

@@ -120,5 +120,5 @@ def test_a_signal_stops_the_server_at_once_and_the_trial_is_interrupted(tmp_path
     with pytest.raises(Interrupted):
         executor.run(job(tiny_runtime(), "w"), slow, lambda *p: None, lambda p: True, 60)
     assert time.monotonic() - began < 6
-    assert executor._server is None
+    assert executor._servers is None
     assert "serving on" in (tmp_path / "work" / "001-trial-0.log").read_text()

@@ -1,5 +1,5 @@
-"""The `vllm serve` lifecycle against a stand-in server process: start, readiness, crash, port in use, start
-time-out, stop."""
+"""A server process's lifecycle (`vllm serve`'s) against a stand-in server process: start, readiness, crash, port
+in use, start time-out, stop."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tuner.executors.vllm_server import ServerStartError, VllmServer, free_port, log_tail
+from tuner.executors.server_process import ServerProcess, ServerStartError, free_port, log_tail
 
-STANDIN = [sys.executable, str(Path(__file__).with_name("vllm_standin.py"))]
+STANDIN = [sys.executable, str(Path(__file__).with_name("vllm_standin.py")), "serve"]
 
 
-def _server(tmp_path: Path, start_timeout_s: float = 20.0, grace_s: float = 5.0, **env: str) -> VllmServer:
-    return VllmServer(STANDIN, {**os.environ, **env, "STANDIN_MARK": str(tmp_path / "mark")}, start_timeout_s, grace_s)
+def _server(tmp_path: Path, start_timeout_s: float = 20.0, grace_s: float = 5.0, **env: str) -> ServerProcess:
+    return ServerProcess(STANDIN, {**os.environ, **env, "STANDIN_MARK": str(tmp_path / "mark")}, start_timeout_s,
+                         grace_s, "vllm serve", "executor.vllm.start_timeout_s")
 
 
 def _config(tmp_path: Path) -> Path:

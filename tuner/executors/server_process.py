@@ -1,6 +1,7 @@
-"""One `vllm serve --config FILE` child process: started on a free port, waited for, stopped.
+"""One OpenAI-compatible server child process (`vllm serve`, `python -m runtime.serve`): started on a free port,
+waited for, stopped.
 
-    start    pick a free port; `COMMAND serve --config FILE --host 127.0.0.1 --port P` in its own process
+    start    pick a free port; `COMMAND --config FILE --host 127.0.0.1 --port P` in its own process
              group, stdout and stderr to a log file; a server that loses the port to another process
              before it binds ("address already in use" in its log) is started once more on another
     ready    GET /health answers 200, then GET /v1/models lists a model; polled every POLL_S
@@ -10,7 +11,7 @@
              engine processes hold the GPU memory the next start needs); the log stays for the record
 
 Torch-free and vLLM-free: anything that takes these flags and serves the OpenAI API can stand in (tests
-use a small script).
+use a small script). Its messages name it (`name`) and the setting that bounds its start (`timeout_key`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import httpx2
 
-__all__ = ["ServerStartError", "VllmServer", "free_port", "log_tail"]
+__all__ = ["ServerProcess", "ServerStartError", "free_port", "log_tail"]
 
 POLL_S = 0.2
 TAIL_LINES = 12
@@ -56,11 +57,13 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 
 @dataclass
-class VllmServer:
-    command: Sequence[str]  # argv before `serve` (["vllm"], or [python, script] for a stand-in)
+class ServerProcess:
+    command: Sequence[str]  # argv before `--config` (["vllm", "serve"], [python, "-m", "runtime.serve"])
     env: Mapping[str, str]  # the child's whole environment
     start_timeout_s: float
     grace_s: float  # SIGTERM, then SIGKILL after this long
+    name: str  # what its messages call it ("vllm serve", "replica 2 of 2 (python -m runtime.serve)")
+    timeout_key: str  # the setting start_timeout_s comes from, for the time-out's message
     _proc: subprocess.Popen | None = None
     port: int | None = None
     log_path: Path | None = None
@@ -86,7 +89,7 @@ class VllmServer:
 
     def _spawn(self, config_file: Path, log_path: Path) -> None:
         self.port, self.log_path = free_port(), log_path
-        argv = [*self.command, "serve", "--config", str(config_file), "--host", "127.0.0.1", "--port", str(self.port)]
+        argv = [*self.command, "--config", str(config_file), "--host", "127.0.0.1", "--port", str(self.port)]
         with open(log_path, "ab") as log:
             log.write(f"$ {' '.join(argv)}\n".encode())
             log.flush()
@@ -100,11 +103,11 @@ class VllmServer:
         while True:
             code = proc.poll()
             if code is not None:
-                raise ServerStartError(f"vllm serve exited with code {code} before it was ready: "
+                raise ServerStartError(f"{self.name} exited with code {code} before it was ready: "
                                        f"{log_tail(log_path)}")
             if time.monotonic() - began > self.start_timeout_s:
-                raise ServerStartError(f"vllm serve was not ready after {self.start_timeout_s:g} s "
-                                       f"(executor.vllm.start_timeout_s): {log_tail(log_path)}")
+                raise ServerStartError(f"{self.name} was not ready after {self.start_timeout_s:g} s "
+                                       f"({self.timeout_key}): {log_tail(log_path)}")
             if _answers(health) and _lists_models(self.url):
                 return
             time.sleep(POLL_S)
@@ -113,7 +116,7 @@ class VllmServer:
         """Why the server is gone (its exit and last log lines), or None while it runs."""
         if self._proc is None or self._proc.poll() is None:
             return None
-        return f"vllm serve exited with code {self._proc.returncode}: {log_tail(self.log_path)}"  # type: ignore[arg-type]
+        return f"{self.name} exited with code {self._proc.returncode}: {log_tail(self.log_path)}"  # type: ignore[arg-type]
 
     def stop(self) -> str:
         """Stop the process group: SIGTERM, then SIGKILL after grace_s. How it ended, for the log."""
