@@ -43,11 +43,11 @@ def test_sim_plus_real_needs_a_simulated_search():
 
 
 def test_devices_on_the_real_runtime_run_replicas_and_search_the_shape(tmp_path):
-    ex = open_executors(_app(executor={"kind": "real"}, devices=2, runtime={"model": {"name": "tiny"}}))
+    ex, app = open_executors(_app(executor={"kind": "real"}, devices=2, runtime={"model": {"name": "tiny"}}))
     try:
         assert isinstance(ex.search, ReplicasExecutor) and ex.measure is ex.search and ex.sim is None
-        assert ex.search.describe(ex.app.runtime).device_type == ("cuda" if torch.cuda.is_available() else "cpu")
-        assert ex.app.search.params["tensor_parallel_size"].choices == [1, 2]
+        assert ex.search.describe(app.runtime).device_type == ("cuda" if torch.cuda.is_available() else "cpu")
+        assert app.search.params["tensor_parallel_size"].choices == [1, 2]
         assert ex.notes == ("deployment: 2 devices; shapes TP 1 x 2 replicas, TP 2 x 1 replica (searched as "
                             "tensor_parallel_size); a capacity is the whole deployment's (least-outstanding-requests "
                             "balancer over the replicas)",
