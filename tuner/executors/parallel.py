@@ -28,9 +28,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tuner.executors.sim import SimExecutor
+from tuner.measure.measure import ONE_AT_A_TIME, Fan
 
-__all__ = ["measurement_workers", "parallel_map", "usable_cores"]
+__all__ = ["measurement_workers", "parallel_map", "probe_fan", "usable_cores"]
 
 T = TypeVar("T")
 _task: Callable[[int], Any] | None = None  # a pool worker's task function, set once when the worker starts
@@ -43,26 +43,47 @@ def usable_cores() -> int:
 
 
 def measurement_workers(executor: object, tasks: int) -> int:
-    """How many of `tasks` measurements on `executor` may run at once: simulated ones up to the cores (where
-    processes can be forked safely), any other one at a time."""
-    forkable = "fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules
-    if not isinstance(executor, SimExecutor) or not forkable or os.environ.get("PAGETUNE_PARALLEL_SIM") == "0":
+    """How many of `tasks` measurements on `executor` may run at once: simulated ones (an executor whose
+    `side_by_side` is true) up to the cores, where processes can be forked safely; any other one at a time."""
+    if not getattr(executor, "side_by_side", False) or not _can_fork():
         return 1
     return max(1, min(tasks, usable_cores()))
 
 
+def probe_fan(poll: Callable[[], None]) -> Fan:
+    """A simulated measurement's probes side by side, up to the cores (`measure.Fan`): the first of a batch here
+    (its progress shows), the others in forked processes; one at a time where processes cannot be forked safely
+    (or already run in a pool worker: the conclusion's measurements)."""
+    width = usable_cores() if _can_fork() else 1
+    if width <= 1:
+        return ONE_AT_A_TIME
+    return Fan(width, lambda task, count: parallel_map(task, count, width, poll=poll, here_first=True))
+
+
+def _can_fork() -> bool:
+    """Fork is there, torch is not imported (its thread pools do not survive a fork), this is no pool worker
+    (a daemon process may not have children), and PAGETUNE_PARALLEL_SIM is not 0."""
+    return ("fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules
+            and not multiprocessing.current_process().daemon and os.environ.get("PAGETUNE_PARALLEL_SIM") != "0")
+
+
 def parallel_map(task: Callable[[int], T], count: int, workers: int,
                  on_result: Callable[[int, T], None] = lambda i, r: None,
-                 poll: Callable[[], None] = lambda: None) -> list[T]:
+                 poll: Callable[[], None] = lambda: None, here_first: bool = False) -> list[T]:
     """[task(0), ..., task(count - 1)], on `workers` forked processes (in this one when 1). In this process:
     `on_result(i, result)` as each task finishes, and `poll()` every half second while waiting, which may
-    raise to stop (a signal): the pool is terminated on the way out."""
+    raise to stop (a signal): the pool is terminated on the way out. `here_first`: task 0 runs in this process
+    (which counts as one of the workers) while the pool runs the others."""
     if workers <= 1 or count <= 1:
         return [_done(i, task(i), on_result) for i in range(count)]
+    first = 1 if here_first else 0
     results: dict[int, T] = {}
-    pool = multiprocessing.get_context("fork").Pool(min(workers, count), initializer=_start, initargs=(task,))
+    pool = multiprocessing.get_context("fork").Pool(min(workers - first, count - first), initializer=_start,
+                                                    initargs=(task,))
     try:
-        pending = pool.imap_unordered(_run, range(count))
+        pending = pool.imap_unordered(_run, range(first, count))
+        if here_first:
+            results[0] = _done(0, task(0), on_result)
         while len(results) < count:
             try:
                 i, result = pending.next(timeout=0.5)

@@ -27,18 +27,24 @@ from runtime import (
 )
 from tuner.deployment import deployment_label, sim_deployment
 from tuner.executors.base import OnCheckpoint, OnProgress
+from tuner.executors.parallel import probe_fan
 from tuner.interrupts import Interrupted, Interrupts
 from tuner.measure.job import Hardware, TrialJob, TrialOutcome, TrialStatus
+from tuner.measure.measure import ONE_AT_A_TIME, Fan
 from tuner.measure.outcome import describe_failure, measured_outcome
 from tuner.measure.replay import engine_replay
 from tuner.measure.window import measure_window
 from tuner.traffic import TrafficRequest
 
 GIB = 1 << 30
+FAN_MIN_REQUESTS = 1000  # a window's replay worth a process beside it (a fork costs tens of ms, a replay of
+# 1,000 requests about a second on the CPU)
 
 
 class SimExecutor:
     """The `Executor` protocol over a GPU profile."""
+
+    side_by_side = True  # a measurement is CPU work on a virtual clock: measurements and probes may run at once
 
     def __init__(self, profile_path: Path, interrupts: Interrupts | None = None, devices: int = 1) -> None:
         self.interrupts = interrupts or Interrupts()  # polled before every simulated step
@@ -68,7 +74,8 @@ class SimExecutor:
             engine, clock = sim_deployment(job.config, self.profile, None, self.devices)
             setup_s = time.perf_counter() - start
             measurement, stopped_at = measure_window(engine_replay(engine, clock, self.interrupts.check), requests,
-                                                     job.plan, on_progress, lambda: planned, on_checkpoint)
+                                                     job.plan, on_progress, lambda: planned, on_checkpoint,
+                                                     self._fan(len(requests)))
             return measured_outcome(measurement, stopped_at, None, setup_s, True)
         except Interrupted:  # a signal: the study decides (the running trial is re-queued, the conclusion kept)
             raise
@@ -76,6 +83,10 @@ class SimExecutor:
             return TrialOutcome(TrialStatus.infeasible, reason=str(e), setup_s=time.perf_counter() - start)
         except Exception as e:  # as the worker: a trial never takes the study down
             return TrialOutcome(TrialStatus.error, reason=describe_failure(e))
+
+    def _fan(self, requests: int) -> Fan:
+        """Probes side by side on a window worth it (`FAN_MIN_REQUESTS`), else one at a time."""
+        return probe_fan(self.interrupts.check) if requests >= FAN_MIN_REQUESTS else ONE_AT_A_TIME
 
     def close(self) -> None:
         pass

@@ -19,6 +19,11 @@ Pass/fail need not be monotone in the rate (how requests batch changes with it):
 fail below a pass, and the edge is settled again below that fail (bracket, bisect, check; at most
 SETTLE_ROUNDS times). Every pass above a fail is reported (`inversions`), never hidden by the path.
 
+Probes side by side (`Fan`, width w > 1: a simulator on w cores): a bracket tries its next w steps at once, a
+bisection cuts the bracket at w points at once (into w + 1 parts, geometrically), and the edge checks run
+together. Each batch is read as the one-at-a-time path would read its probes: the lowest fail is the upper
+end, the highest pass below it the lower end; a pass above that fail is reported (`inversions`).
+
 With `plan.checkpoint` the first probe (at the incumbent's capacity) is reported to `checkpoint`,
 which may stop the trial there: it is the only early stop, and it comes after a whole probe.
 A capacity is a rate sustained for `plan.min_window_s` (replay.min_window_s): no probe replays the window
@@ -31,16 +36,32 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from tuner.config import ObjectiveName
 from tuner.measure.job import Measurement, MeasurePlan, Probe, ReplaySummary
 
-__all__ = ["MAX_SCALE", "MIN_SCALE", "MIN_SPAN_S", "Checkpoint", "Progress", "Replayer", "highest_scale", "inversions",
-           "measure", "probe"]
+__all__ = ["MAX_SCALE", "MIN_SCALE", "MIN_SPAN_S", "ONE_AT_A_TIME", "Checkpoint", "Fan", "Progress", "Replayer",
+           "highest_scale", "inversions", "measure", "probe"]
 
 Replayer = Callable[[float], ReplaySummary]  # one measured replay of the window at a rate scale
 Checkpoint = Callable[[Probe], bool]  # the first capacity probe -> keep going?
 Progress = Callable[[int, float, int, int], None]  # (probe number, rate scale, requests done, requests)
+Run = Callable[[Sequence[float]], list[Probe]]  # probes at these rate scales, in order
+
+
+class Fan(NamedTuple):
+    """How many probes a measurement runs at once, and how: `map(task, count)` gives [task(0), ...,
+    task(count - 1)] (`executors.parallel.parallel_map` over `width` processes, task 0 in this one). Task 0
+    probes through the measurement's replayer, the others through `replay`, quiet (no progress bar: several
+    would draw over each other)."""
+
+    width: int
+    map: Callable[[Callable[[int], Probe], int], list[Probe]]
+    replay: Replayer | None = None
+
+
+ONE_AT_A_TIME = Fan(1, lambda task, count: [task(i) for i in range(count)])
 
 MAX_SCALE = 1e4  # x the window's rate: beyond this the window is one burst
 MIN_SCALE = 1e-3  # below this the SLO is not met by a lone request: capacity 0
@@ -66,11 +87,11 @@ def probe(replay: Replayer, scale: float, repeats: int) -> Probe:
     return Probe(scale, tuple(replays), passes > len(replays) - passes)
 
 
-def measure(replay: Replayer, plan: MeasurePlan, span_s: float,
-            checkpoint: Checkpoint | None = None) -> tuple[Measurement, Probe | None]:
+def measure(replay: Replayer, plan: MeasurePlan, span_s: float, checkpoint: Checkpoint | None = None,
+            fan: Fan = ONE_AT_A_TIME) -> tuple[Measurement, Probe | None]:
     """The trial's measurement, and the checkpoint probe when the checkpoint stopped it (else None)."""
     if plan.objective is ObjectiveName.capacity:
-        return _capacity(replay, plan, span_s, checkpoint)
+        return _capacity(replay, plan, span_s, checkpoint, fan)
     fixed = [replay(1.0) for _ in range(plan.repeats)]  # at the given rate: every repeat, medians
     point = Probe(1.0, tuple(fixed), statistics.median(r.metrics["slo_attainment"] for r in fixed)
                   >= plan.slo.attainment)
@@ -81,28 +102,34 @@ def measure(replay: Replayer, plan: MeasurePlan, span_s: float,
     return Measurement(values, (_lean(point),), _headline(point, (point,)), point.replays[0].rows), None
 
 
-def _capacity(replay: Replayer, plan: MeasurePlan, span_s: float,
-              checkpoint: Checkpoint | None) -> tuple[Measurement, Probe | None]:
+def _capacity(replay: Replayer, plan: MeasurePlan, span_s: float, checkpoint: Checkpoint | None,
+              fan: Fan) -> tuple[Measurement, Probe | None]:
     probes: list[Probe] = []
 
-    def run(scale: float) -> Probe:
-        probes.append(probe(replay, scale, plan.repeats))
-        return probes[-1]
+    def run(scales: Sequence[float]) -> list[Probe]:
+        if len(scales) == 1 or fan.width <= 1:
+            done = [probe(replay, s, plan.repeats) for s in scales]
+        else:  # side by side: the first through `replay` (its progress shows), the others through the fan's own
+            side = fan.replay or replay
+            done = fan.map(lambda i: probe(replay if i == 0 else side, scales[i], plan.repeats), len(scales))
+        probes.extend(done)
+        return done
 
+    width = max(1, fan.width)
     max_scale = highest_scale(span_s, plan.min_window_s)
-    first = run(min(plan.start_scale, max_scale))
+    first = run([min(plan.start_scale, max_scale)])[0]
     if plan.checkpoint and checkpoint is not None and not checkpoint(first):
         return _result(probes, None, first.scale, saturated=False), first
-    lower, upper = _bracket(run, first, plan.first_step, max_scale)
-    lower, upper = _bisect(run, lower, upper, plan.tol)
+    lower, upper = _bracket(run, first, plan.first_step, max_scale, width)
+    lower, upper = _bisect(run, lower, upper, plan.tol, width)
     for _ in range(SETTLE_ROUNDS):  # a fail below the edge: the edge moves below it, and is checked again
-        if lower is None or upper is None or _checked(run, lower, plan):
+        if lower is None or upper is None or _checked(run, lower, plan, width):
             break
         fail = max((p for p in probes if not p.passed and p.scale < lower.scale), key=lambda p: p.scale)
         below = max((p for p in probes if p.passed and p.scale < fail.scale), key=lambda p: p.scale, default=None)
         if below is None:
-            below, fail = _bracket(run, fail, 1.0 + 4 * plan.tol, max_scale)
-        lower, upper = _bisect(run, below, fail, plan.tol)
+            below, fail = _bracket(run, fail, 1.0 + 4 * plan.tol, max_scale, width)
+        lower, upper = _bisect(run, below, fail, plan.tol, width)
     saturated = upper is None and lower is not None
     return _result(probes, lower, upper.scale if upper else None, saturated=saturated), None
 
@@ -112,33 +139,61 @@ def highest_scale(span_s: float, min_window_s: float) -> float:
     return min(MAX_SCALE, span_s / max(min_window_s, MIN_SPAN_S)) if span_s > 0 else MAX_SCALE
 
 
-def _bracket(run: Callable[[float], Probe], first: Probe, step: float,
-             max_scale: float) -> tuple[Probe | None, Probe | None]:
-    """From `first`, steps that square each time, until one probe passes and one fails (or a bound is hit)."""
+def _bracket(run: Run, first: Probe, step: float, max_scale: float,
+             width: int = 1) -> tuple[Probe | None, Probe | None]:
+    """From `first`, steps that square each time, until one probe passes and one fails (or a bound is hit);
+    `width` steps at a time."""
     lower, upper = (first, None) if first.passed else (None, first)
     while upper is None and lower.scale < max_scale:  # bracket upwards
-        p = run(min(lower.scale * step, max_scale))
-        lower, upper = (p, None) if p.passed else (lower, p)
-        step *= step
+        scales, scale = [], lower.scale
+        while len(scales) < width and scale < max_scale:
+            scale = min(scale * step, max_scale)
+            scales.append(scale)
+            step *= step
+        lower, upper = _ends(run(scales), lower, None)
     while lower is None and upper.scale > MIN_SCALE:  # bracket downwards
-        p = run(max(upper.scale / step, MIN_SCALE))
-        lower, upper = (p, upper) if p.passed else (None, p)
-        step *= step
+        scales, scale = [], upper.scale
+        while len(scales) < width and scale > MIN_SCALE:
+            scale = max(scale / step, MIN_SCALE)
+            scales.append(scale)
+            step *= step
+        lower, upper = _ends(run(scales), None, upper)
     return lower, upper
 
 
-def _bisect(run: Callable[[float], Probe], lower: Probe | None, upper: Probe | None,
-            tol: float) -> tuple[Probe | None, Probe | None]:
+def _bisect(run: Run, lower: Probe | None, upper: Probe | None, tol: float,
+            width: int = 1) -> tuple[Probe | None, Probe | None]:
+    """Cut the bracket (geometrically) until upper / lower <= 1 + tol: in halves, or at `width` points at once
+    (never more than the tolerance needs)."""
     while lower is not None and upper is not None and upper.scale / lower.scale > 1 + tol:
-        p = run(math.sqrt(lower.scale * upper.scale))
-        lower, upper = (p, upper) if p.passed else (lower, p)
+        ratio = upper.scale / lower.scale
+        parts = min(width + 1, max(2, math.ceil(math.log(ratio) / math.log(1 + tol))))
+        cuts = [math.sqrt(lower.scale * upper.scale)] if parts == 2 else [
+            lower.scale * ratio ** (k / parts) for k in range(1, parts)]
+        lower, upper = _ends(run(cuts), lower, upper)
     return lower, upper
 
 
-def _checked(run: Callable[[float], Probe], lower: Probe, plan: MeasurePlan) -> bool:
+def _ends(batch: list[Probe], lower: Probe | None, upper: Probe | None) -> tuple[Probe | None, Probe | None]:
+    """The bracket after a batch of probes, read as one at a time would read them in rate order: the lowest
+    fail is the upper end, the highest pass below it the lower end."""
+    for p in sorted(batch, key=lambda p: p.scale):
+        if upper is not None and p.scale >= upper.scale:
+            break
+        if p.passed:
+            lower = p
+        else:
+            upper = p
+            break
+    return lower, upper
+
+
+def _checked(run: Run, lower: Probe, plan: MeasurePlan, width: int = 1) -> bool:
     """Probes one and two tolerances below the edge: pass/fail need not be monotone in the rate (batching
-    changes with it), and an edge with a fail below it is the path's luck, not a capacity."""
-    return all(run(lower.scale / (1 + plan.tol) ** k).passed for k in range(1, plan.edge_checks + 1))
+    changes with it), and an edge with a fail below it is the path's luck, not a capacity. One at a time, the
+    first fail ends them; side by side, they run `width` at once."""
+    scales = [lower.scale / (1 + plan.tol) ** k for k in range(1, plan.edge_checks + 1)]
+    return all(all(p.passed for p in run(scales[k:k + width])) for k in range(0, len(scales), width))
 
 
 def inversions(probes: Sequence[Probe]) -> list[tuple[Probe, Probe]]:

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from tuner.config import SloConfig
 from tuner.measure.job import Measurement, MeasurePlan, Probe, ReplaySummary
-from tuner.measure.measure import Checkpoint, Progress, measure
+from tuner.measure.measure import ONE_AT_A_TIME, Checkpoint, Fan, Progress, measure
 from tuner.measure.metrics import replay_summary, stop_after_misses
 from tuner.measure.timeline import ReplayResult
 from tuner.traffic import TrafficRequest, rebase
@@ -52,16 +52,24 @@ class WindowReplayer:
     def __call__(self, scale: float) -> ReplaySummary:
         self.count += 1
         number, total = self.count, len(self.requests)
+        return self._replay(scale, lambda done: self.progress(number, scale, done, total))
+
+    def quiet(self, scale: float) -> ReplaySummary:
+        """A replay beside others (`measure.Fan`): no progress of its own, several bars would overwrite each other."""
+        return self._replay(scale, None)
+
+    def _replay(self, scale: float, progress: Callable[[int], None] | None) -> ReplaySummary:
         result = self.replay_fn(rebase(self.requests, scale), slo=self.slo, stop_after_misses=self.stop_after,
-                                progress=lambda done: self.progress(number, scale, done, total))
+                                progress=progress)
         return replay_summary(result, scale, self.slo, self.peak_memory_gb())
 
 
 def measure_window(replay_fn: ReplayFn, requests: Sequence[TrafficRequest], plan: MeasurePlan, progress: Progress,
-                   peak_memory_gb: Callable[[], float],
-                   checkpoint: Checkpoint | None = None) -> tuple[Measurement, Probe | None]:
+                   peak_memory_gb: Callable[[], float], checkpoint: Checkpoint | None = None,
+                   fan: Fan = ONE_AT_A_TIME) -> tuple[Measurement, Probe | None]:
     """The window measured as `plan` says through `replay_fn`: `plan.warmup_requests` replayed unmeasured first,
-    then `measure.measure`. The measurement, and the checkpoint probe when the checkpoint stopped it."""
+    then `measure.measure`, `fan.width` probes at once where the path allows (their replays quiet). The
+    measurement, and the checkpoint probe when the checkpoint stopped it."""
     replayer = WindowReplayer(replay_fn, requests, plan, progress, peak_memory_gb)
     replayer.warm_up(plan.warmup_requests)
-    return measure(replayer, plan, replayer.span_s, checkpoint)
+    return measure(replayer, plan, replayer.span_s, checkpoint, fan._replace(replay=replayer.quiet))

@@ -76,3 +76,21 @@ def test_a_finished_map_never_signals_its_workers():
             "print(all(parallel_map(task, 4, 2) == [0, 1, 2, 3] for _ in range(30)))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.stdout.split() == ["True"], done.stderr[-2000:]
+
+
+def test_a_simulated_trial_probes_side_by_side_as_it_would_here(tmp_path):
+    """Forked probes replay exactly as the same batches run in this process would, and find the edge that one
+    probe at a time finds, to the tolerance (fresh interpreter: the tuner's parent has no torch)."""
+    done = subprocess.run([sys.executable, "-m", "tests.tuner.executors.fan_check", str(write_tiny_profile(tmp_path))],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={k: v for k, v in os.environ.items() if k != "PAGETUNE_PARALLEL_SIM"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    width, equal, probes, capacity = done.stdout.splitlines()
+    assert (width, equal, probes) == ("width 2", "forked equal True True True", "probes 12 10")
+    assert capacity == "capacity 0.193396 0.198425 0.192776 0.201311"  # both brackets hold the edge
+
+
+def test_here_first_runs_task_zero_in_this_process_and_the_rest_beside_it():
+    out = parallel_map(lambda i: (i, os.getpid()), 4, 2, here_first=True)
+    assert [i for i, _ in out] == [0, 1, 2, 3]
+    assert out[0][1] == os.getpid() and os.getpid() not in {pid for _, pid in out[1:]}

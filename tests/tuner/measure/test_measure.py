@@ -10,7 +10,7 @@ import pytest
 
 from tuner.config import ObjectiveName, SloConfig
 from tuner.measure.job import MeasurePlan, Probe, ReplaySummary
-from tuner.measure.measure import MAX_SCALE, measure, probe
+from tuner.measure.measure import MAX_SCALE, Fan, measure, probe
 
 SLO = SloConfig()
 
@@ -151,3 +151,35 @@ def test_a_monotone_edge_costs_two_checks_and_reports_no_inversion():
     assert "inversions" not in measurement.metrics
     lower = measurement.values[0]
     assert calls[-2:] == [lower / 1.05, lower / 1.05**2]
+
+
+def here(batches: list[list[float]]) -> Fan:
+    """Two probes at a time, run in this process; each batch's scales (4 decimals) noted."""
+    def run(task, count):
+        out = [task(i) for i in range(count)]
+        batches.append([round(p.scale, 4) for p in out])
+        return out
+    return Fan(2, run)
+
+
+def test_side_by_side_probes_bracket_bisect_and_check_in_fewer_rounds():
+    batches: list[list[float]] = []
+    calls: list[float] = []
+    measurement, _ = measure(threshold(0.297, calls), plan(start_scale=1.0, tol=0.05), 100.0, None, here(batches))
+    assert batches == [[0.5, 0.125],  # the bracket's next two steps down (x2, then x4)
+                       [0.1984, 0.315], [0.2315, 0.27], [0.2842, 0.2992],  # the bracket cut in three, then again
+                       [0.2777, 0.2645]]  # both edge checks at once
+    assert len(calls) == 12 and calls[0] == 1.0  # 7 rounds (10 probes one at a time, 10 rounds)
+    lower, upper = measurement.values[0], measurement.metrics["capacity_upper_scale"]
+    assert lower <= 0.297 < upper and upper / lower <= 1.05 and "inversions" not in measurement.metrics
+    assert batches[-1] == [round(lower / 1.05, 4), round(lower / 1.05**2, 4)]
+
+
+def test_a_batch_is_read_as_one_at_a_time_would_read_it():
+    # passes up to x1.8, fails in (1.8, 1.9], passes in (1.9, 2.0]: the lowest fail is the edge, the pass above it
+    # an inversion, whichever order the batch ran in
+    replay, _ = bands((0.0, 1.8), (1.9, 2.0))
+    batches: list[list[float]] = []
+    measurement, _ = measure(replay, plan(start_scale=1.6, first_step=1.2, tol=0.05), 100.0, None, here(batches))
+    assert 1.8 / 1.05 < measurement.values[0] <= 1.8 < measurement.metrics["capacity_upper_scale"] <= 1.9
+    assert 1.9 < measurement.metrics["inversion_pass_scale"] <= 2.0 and measurement.metrics["inversions"] >= 1
