@@ -11,8 +11,10 @@ import numpy as np
 import torch
 
 from runtime.attention import KVCache
+from runtime.backend import PreviousTokens
 from runtime.config import ConfigError, KernelConfig
 from runtime.cuda_graphs import DecodeGraphs
+from runtime.deferred import feed_previous
 from runtime.inputs import build_inputs
 from runtime.kv.manager import BlockCopy, KVCacheManager
 from runtime.limits import decode_graphs_on, piecewise_graphs_on
@@ -59,8 +61,11 @@ def _copy_blocks(copies: tuple[BlockCopy, ...], src: list[KVCache], dst: list[KV
 
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv: KVCacheManager, kernel: KernelConfig, kv_dtype: torch.dtype,
-                 num_cpu_blocks: tuple[int, ...], device: torch.device, max_num_seqs: int) -> None:
+                 num_cpu_blocks: tuple[int, ...], device: torch.device, max_num_seqs: int,
+                 non_blocking: bool = False) -> None:
+        """`non_blocking` (`scheduler.async_scheduling`): a step's inputs copied without waiting for the device."""
         self.model = model
+        self.non_blocking = non_blocking
         self.kv = kv
         self.kernel = kernel
         self.device = device
@@ -87,8 +92,9 @@ class ModelRunner:
         return DecodeGraphs(self.model, self.caches, self.kv, self.kernel, max_num_seqs, self.device)
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> torch.Tensor:
-        """Run one step; returns fp32 logits [N, V] for the sequences that sample, in scheduled order."""
+    def execute(self, out: SchedulerOutput, previous: PreviousTokens | None = None) -> torch.Tensor:
+        """Run one step; returns fp32 logits [N, V] for the sequences that sample, in scheduled order.
+        `previous`: rows whose input token is the previous step's, still on the device (async scheduling)."""
         _copy_blocks(out.swap_out, self.caches, self.cpu_caches)
         _copy_blocks(out.swap_in, self.cpu_caches, self.caches)
         _copy_blocks(out.block_copies, self.caches, self.caches)
@@ -96,8 +102,10 @@ class ModelRunner:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         if self.graphs is not None and self.graphs.can_run(out.scheduled):
             self.paths["full graph"] += 1
-            return self.model.compute_logits(self.graphs.run(out.scheduled))  # every decode row samples
-        inputs = build_inputs(out.scheduled, self.kv, self.kernel, self.use_triton, self.device)
+            return self.model.compute_logits(self.graphs.run(out.scheduled, previous))  # every decode row samples
+        inputs = build_inputs(out.scheduled, self.kv, self.kernel, self.use_triton, self.device, self.non_blocking)
+        if previous is not None:
+            feed_previous(inputs.input_ids, previous.tokens, previous.rows, previous.src)
         if self.piecewise is not None and self.piecewise.bucket(inputs.input_ids.shape[0]) is not None:
             self.paths["piecewise"] += 1
             hidden = self.piecewise.run(inputs.input_ids, inputs.positions, inputs.meta, self.caches)  # [bucket, H]
