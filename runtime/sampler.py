@@ -145,14 +145,19 @@ class Sampler:
                 if self._batched(params):
                     batched.append((i, j, seq_id, seed, params))
                 else:
-                    out[i][j] = int(self._draw_one(logits[i], seq_id, seed, params).item())
+                    probs = filter_logits(logits[i], params).softmax(-1)
+                    gen = self._generator(seq_id, seed, logits.device)
+                    out[i][j] = int(torch.multinomial(probs, 1, generator=gen).item())
         if batched:
             self._sample_survivors(logits, batched, out)
 
-    def _draw_one(self, row: torch.Tensor, seq_id: int, seed: int, params: SamplingParams) -> torch.Tensor:
-        """One sequence's draw from its row of fp32 logits [V], left on the device: [1] int64."""
+    def _draw_on_device(self, row: torch.Tensor, seq_id: int, seed: int, params: SamplingParams) -> torch.Tensor:
+        """`_draw`'s draw from a row of fp32 logits [V], left on the device: [1] int64. torch.multinomial reads
+        the device to check its input; this is the draw it makes for one sample (argmax of p / q, q ~ Exp(1),
+        from the same generator), the same token without the read."""
         probs = filter_logits(row, params).softmax(-1)
-        return torch.multinomial(probs, 1, generator=self._generator(seq_id, seed, row.device))
+        q = torch.empty_like(probs).exponential_(1, generator=self._generator(seq_id, seed, row.device))
+        return (probs / q).argmax(dim=-1, keepdim=True)
 
     def sample_deferred(self, logits: torch.Tensor, rows: SampleRows) -> DeferredTokens | None:
         """`sample`'s tokens (the same draws, flattened in the order of `rows`) left on the device, their copy to
@@ -166,7 +171,7 @@ class Sampler:
         for i, seqs in enumerate(rows):
             for seq_id, seed, params in seqs:
                 if not params.greedy:
-                    tokens[j : j + 1] = self._draw_one(logits[i], seq_id, seed, params)
+                    tokens[j : j + 1] = self._draw_on_device(logits[i], seq_id, seed, params)
                 j += 1
         return DeferredTokens(tokens)
 

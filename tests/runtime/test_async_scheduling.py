@@ -171,3 +171,10 @@ def test_smollm2_async_equals_sync_with_stop_strings(smollm2_llm):
     expected = [(c.token_ids, c.text, c.finish_reason) for o in sync for c in o.outputs]
     assert got == expected
     assert [reason for *_, reason in expected] == ["stop", "length", "stop"]
+
+
+def test_the_step_log_refuses_an_async_engine(llama_dir):
+    from runtime import StepLog
+
+    with pytest.raises(ValueError, match="scheduler.async_scheduling must be false"):
+        StepLog(make_llm(llama_dir, block_size=4, async_scheduling=True).engine)
