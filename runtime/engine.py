@@ -6,7 +6,9 @@ vLLM), for every step that added tokens. Timestamps come from the `clock` given 
 tuner's replay gives one that skips idle gaps); a token's time is read once the step's device work
 is done (its tokens are on the host). With a tokenizer, outputs carry text, decoded when an output is
 built: each step for CUMULATIVE requests, once at the end for FINAL_ONLY ones. `reset()` empties the
-engine for another run on the same weights and KV pool.
+engine for another run on the same weights and KV pool. With `scheduler.async_scheduling` a step is
+`runtime.overlap`'s: the next step is launched before this one's tokens are read, so outputs (the same tokens)
+come one step later.
 
 What the steps run on is the engine's `Backend`: the model (`model_backend`, the default), or the
 simulator's model-free runner on a virtual clock (`runtime.sim`), so both run this same loop, scheduler

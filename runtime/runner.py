@@ -14,7 +14,7 @@ from runtime.attention import KVCache
 from runtime.backend import PreviousTokens
 from runtime.config import ConfigError, KernelConfig
 from runtime.cuda_graphs import DecodeGraphs
-from runtime.deferred import feed_previous
+from runtime.deferred import feed_previous, host_to_device
 from runtime.inputs import build_inputs
 from runtime.kv.manager import BlockCopy, KVCacheManager
 from runtime.limits import decode_graphs_on, piecewise_graphs_on
@@ -49,13 +49,17 @@ def _zeros_cpu(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
 
 
 def _copy_blocks(copies: tuple[BlockCopy, ...], src: list[KVCache], dst: list[KVCache]) -> None:
-    """Copy whole blocks (every layer) grouped by tier: dst[:, d] = src[:, s]."""
+    """Copy whole blocks (every layer) grouped by tier: dst[:, d] = src[:, s]. The block ids go to the device
+    without waiting for it; a swap-out waits for its copy to the host before the host writes the CPU pool."""
     for tier, group in groupby(copies, key=lambda c: c.tier):
         items = list(group)
-        s_idx = torch.tensor([c.src for c in items], device=src[tier].k.device)
-        d_idx = torch.tensor([c.dst for c in items], device=dst[tier].k.device)
+        s_idx = host_to_device([c.src for c in items], np.int64, src[tier].k.device)
+        d_idx = host_to_device([c.dst for c in items], np.int64, dst[tier].k.device)
+        to_host = src[tier].k.device.type == "cuda" and dst[tier].k.device.type == "cpu"
         for name in ("k", "v"):
             moved = getattr(src[tier], name)[:, s_idx].to(getattr(dst[tier], name).device, non_blocking=True)
+            if to_host:  # a non-blocking copy to the host is only there once the stream has run it
+                torch.cuda.current_stream().synchronize()
             getattr(dst[tier], name)[:, d_idx] = moved
 
 
