@@ -25,16 +25,29 @@ if TYPE_CHECKING:
 SampleRows = list[list[tuple[int, int, SamplingParams]]]  # per sampling group: (seq_id, seed, params) each
 
 
-class StepRunner(Protocol):
-    """Runs a scheduled step: the model runner (logits), or the simulator's (`runtime.sim`)."""
+class PreviousTokens(NamedTuple):
+    """The rows of a step whose input token the host does not know yet (`scheduler.async_scheduling`): the
+    previous step sampled it, and it is still on the device."""
 
-    def execute(self, out: SchedulerOutput) -> Any: ...
+    tokens: Any  # the previous step's sampled tokens on the device, [M] (`runtime.deferred.DeferredTokens.device`)
+    rows: list[int]  # the step's flat input rows to fill ...
+    src: list[int]  # ... each from tokens[src[i]]
+
+
+class StepRunner(Protocol):
+    """Runs a scheduled step: the model runner (logits), or the simulator's (`runtime.sim`, which never gets
+    `previous`: a simulated engine steps synchronously)."""
+
+    def execute(self, out: SchedulerOutput, previous: PreviousTokens | None = None) -> Any: ...
 
 
 class TokenSampler(Protocol):
     """Draws one token per row from what `StepRunner.execute` returned; forgets a retired sequence."""
 
     def sample(self, logits: Any, rows: SampleRows) -> list[list[int]]: ...
+
+    def sample_deferred(self, logits: Any, rows: SampleRows) -> Any:
+        """The tokens left on the device (`runtime.deferred.DeferredTokens`), or None: sample on the host."""
 
     def forget(self, seq_id: int) -> None: ...
 
@@ -67,7 +80,7 @@ def model_backend(config: EngineConfig, model: LlamaForCausalLM | None = None) -
 
     def make_runner(kv: KVCacheManager) -> ModelRunner:
         return ModelRunner(p.model, kv, config.kernel, p.kv_dtype, p.memory.num_cpu_blocks, p.device,
-                           config.scheduler.max_num_seqs)
+                           config.scheduler.max_num_seqs, non_blocking=config.scheduler.async_scheduling)
 
     return placed_backend(config, p, make_runner)
 

@@ -134,6 +134,12 @@ class SchedulerConfig:
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     preemption_mode: str = "recompute"  # recompute | swap
     policy: str = "fcfs"  # fcfs | priority (lower priority value runs first)
+    # vLLM's name: the host schedules and builds step N+1 while the device runs step N; decode inputs come from
+    # step N's sampled tokens on the device, and stops are seen one step late (the extra token is dropped).
+    # Outputs equal the synchronous engine's. Off by default until its speed is measured on a GPU (no figure
+    # yet: `python -m experiments.host_gap --async`). Model engines on one device only; a simulated engine
+    # steps synchronously whatever this says (its step-time model is the synchronous runtime's).
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         _check(self.max_num_seqs >= 1, "scheduler.max_num_seqs", f"must be >= 1, got {self.max_num_seqs}")
@@ -200,6 +206,8 @@ class EngineConfig:
                f"must be auto, cpu or cuda[:N], got {self.device!r}")
         _check(self.tensor_parallel_size >= 1, "tensor_parallel_size",
                f"must be >= 1, got {self.tensor_parallel_size}")
+        _check(not (self.scheduler.async_scheduling and self.tensor_parallel_size > 1), "scheduler.async_scheduling",
+               "is not supported with tensor_parallel_size > 1 (the other ranks take each step's tokens from the host)")
         _check(not (self.kernel.cuda_graphs and self.cache.block_tiers), "kernel.cuda_graphs",
                "decode graphs support one block-size tier: set it to null or false with cache.block_tiers")
         _check(self.device != "cpu" or not self.kernel.cuda_graphs, "kernel.cuda_graphs",

@@ -13,7 +13,9 @@ from __future__ import annotations
 import torch
 
 from runtime.attention import AttentionMetadata, DecodeBatch, KVCache, TierBatch
+from runtime.backend import PreviousTokens
 from runtime.config import KernelConfig
+from runtime.deferred import feed_previous
 from runtime.inputs import slot_of
 from runtime.kv.manager import KVCacheManager
 from runtime.limits import graph_bucket, graph_buckets
@@ -38,11 +40,8 @@ class DecodeGraphs:
         self.slots = torch.full((top,), self.pad_slot, dtype=torch.int64, device=device)
         self.tables = torch.zeros(top, self.width, dtype=torch.int32, device=device)
         self.context = torch.ones(top, dtype=torch.int32, device=device)
-        self.staged = torch.zeros(3, top, dtype=torch.int64, pin_memory=True)  # ids, positions, slots
-        self.staged_ctx = torch.ones(top, dtype=torch.int32, pin_memory=True)
-        self.staged_tables = torch.zeros(top, self.width, dtype=torch.int32, pin_memory=True)
-        self.host, self.host_ctx, self.host_tables = (t.numpy() for t in (self.staged, self.staged_ctx,
-                                                                          self.staged_tables))
+        self.staging = (_Staging(top, self.width), _Staging(top, self.width))  # used in turn, step after step
+        self._turn = 0
         self.kernel = kernel
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.hidden: dict[int, torch.Tensor] = {}
@@ -78,26 +77,31 @@ class DecodeGraphs:
         return graph_bucket(self.sizes, scheduled) is not None
 
     @torch.inference_mode()
-    def run(self, scheduled: tuple[ScheduledSeq, ...]) -> torch.Tensor:
-        """Hidden states [len(scheduled), H] of this decode step, from the replayed graph."""
+    def run(self, scheduled: tuple[ScheduledSeq, ...], previous: PreviousTokens | None = None) -> torch.Tensor:
+        """Hidden states [len(scheduled), H] of this decode step, from the replayed graph. `previous`: the rows
+        whose token is still on the device (`scheduler.async_scheduling`), scattered into the static ids."""
         n = len(scheduled)
         b = graph_bucket(self.sizes, scheduled)
-        self._stage(scheduled, b)
-        self.ids[:b].copy_(self.staged[0, :b], non_blocking=True)
-        self.positions[:b].copy_(self.staged[1, :b], non_blocking=True)
-        self.slots[:b].copy_(self.staged[2, :b], non_blocking=True)
-        self.context[:b].copy_(self.staged_ctx[:b], non_blocking=True)
-        self.tables[:b].copy_(self.staged_tables[:b], non_blocking=True)
+        staged = self.staging[self._turn]
+        self._turn ^= 1
+        staged.copied.synchronize()  # its copies of two graph steps ago: long done
+        self._stage(staged, scheduled, b)
+        self.ids[:b].copy_(staged.ids[0, :b], non_blocking=True)
+        self.positions[:b].copy_(staged.ids[1, :b], non_blocking=True)
+        self.slots[:b].copy_(staged.ids[2, :b], non_blocking=True)
+        self.context[:b].copy_(staged.ctx[:b], non_blocking=True)
+        self.tables[:b].copy_(staged.tables[:b], non_blocking=True)
+        staged.copied.record()
+        if previous is not None:
+            feed_previous(self.ids, previous.tokens, previous.rows, previous.src)
         self.graphs[b].replay()
         return self.hidden[b][:n]
 
-    def _stage(self, scheduled: tuple[ScheduledSeq, ...], b: int) -> None:
-        """Fill the pinned host buffers: rows past len(scheduled) up to b are padding.
-
-        The previous step's copies out of these buffers are complete: the engine reads its sampled
-        tokens (a device sync) before it schedules the next step.
-        """
-        bs, n, tables = self.block_size, len(scheduled), self.host_tables
+    def _stage(self, staged: _Staging, scheduled: tuple[ScheduledSeq, ...], b: int) -> None:
+        """Fill one set of pinned host buffers (its last copies to the device done): rows past len(scheduled)
+        up to b are padding. Two sets in turn: under async scheduling the host stages a step while the
+        device may not have copied the previous one's inputs yet."""
+        bs, n, tables = self.block_size, len(scheduled), staged.host_tables
         ids, pos, slots = [], [], []
         for i, it in enumerate(scheduled):
             table = self.kv.block_table(it.seq)
@@ -106,7 +110,19 @@ class DecodeGraphs:
             slots.append(slot_of(table, it.start, bs))
             tables[i, : len(table)] = table
             tables[i, len(table) :] = 0
-        self.host[:, :n] = ids, pos, slots
-        self.host_ctx[:n] = self.host[1, :n] + 1
-        self.host[:, n:b] = ((0,), (0,), (self.pad_slot,))
-        self.host_ctx[n:b], tables[n:b] = 1, 0
+        host, host_ctx = staged.host, staged.host_ctx
+        host[:, :n] = ids, pos, slots
+        host_ctx[:n] = host[1, :n] + 1
+        host[:, n:b] = ((0,), (0,), (self.pad_slot,))
+        host_ctx[n:b], tables[n:b] = 1, 0
+
+
+class _Staging:
+    """Pinned host buffers a step's inputs are staged in, and their numpy views."""
+
+    def __init__(self, top: int, width: int) -> None:
+        self.ids = torch.zeros(3, top, dtype=torch.int64, pin_memory=True)  # ids, positions, slots
+        self.ctx = torch.ones(top, dtype=torch.int32, pin_memory=True)
+        self.tables = torch.zeros(top, width, dtype=torch.int32, pin_memory=True)
+        self.host, self.host_ctx, self.host_tables = self.ids.numpy(), self.ctx.numpy(), self.tables.numpy()
+        self.copied = torch.cuda.Event()  # recorded after the copies out of these buffers; a new one is done

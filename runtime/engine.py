@@ -6,7 +6,9 @@ vLLM), for every step that added tokens. Timestamps come from the `clock` given 
 tuner's replay gives one that skips idle gaps); a token's time is read once the step's device work
 is done (its tokens are on the host). With a tokenizer, outputs carry text, decoded when an output is
 built: each step for CUMULATIVE requests, once at the end for FINAL_ONLY ones. `reset()` empties the
-engine for another run on the same weights and KV pool.
+engine for another run on the same weights and KV pool. With `scheduler.async_scheduling` a step is
+`runtime.overlap`'s: the next step is launched before this one's tokens are read, so outputs (the same tokens)
+come one step later.
 
 What the steps run on is the engine's `Backend`: the model (`model_backend`, the default), or the
 simulator's model-free runner on a virtual clock (`runtime.sim`), so both run this same loop, scheduler
@@ -27,6 +29,7 @@ from runtime.config import EngineConfig
 from runtime.kv.integrity import check_integrity
 from runtime.kv.manager import KVCacheManager
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprob
+from runtime.overlap import OverlapStepper
 from runtime.sampling_params import RequestOutputKind, SamplingParams
 from runtime.scheduler import Scheduler, SchedulerOutput
 from runtime.sequence import Request, SeqStatus, Sequence
@@ -83,12 +86,13 @@ class LLMEngine:
         self.max_model_len = backend.max_model_len
         self.limits = RequestLimits(self.vocab_size, self.max_model_len)  # what every request must fit
         self.kv = KVCacheManager(backend.tiers, config.cache.enable_prefix_caching, config.cache.watermark)
+        overlap = config.scheduler.async_scheduling and backend.placement is not None  # a simulator steps in sync
         self.scheduler = Scheduler(
             self.kv, max_num_seqs=config.scheduler.max_num_seqs,
             max_num_batched_tokens=backend.max_num_batched_tokens,
             chunked_prefill=config.scheduler.enable_chunked_prefill,
             preemption_mode=config.scheduler.preemption_mode, policy=config.scheduler.policy,
-            eos_ids=backend.eos_ids, max_model_len=backend.max_model_len)
+            eos_ids=backend.eos_ids, max_model_len=backend.max_model_len, async_scheduling=overlap)
         self.runner = backend.make_runner(self.kv)
         self.sampler = backend.sampler
         self.requests: dict[str, Request] = {}
@@ -98,6 +102,12 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []  # rejections and aborts, reported by the next step()
         self._seq_ids = itertools.count()
         self._seeds = itertools.count(config.seed * 1_000_003)
+        self._overlap = OverlapStepper(self) if overlap else None  # async scheduling's step, and its step in flight
+
+    @property
+    def overlapped(self) -> bool:
+        """Whether steps run under async scheduling: each step's tokens reach the host during the next step."""
+        return self._overlap is not None
 
     def reset(self) -> None:
         """Abort everything and forget it: an empty KV pool and prefix cache, fresh totals and seeds.
@@ -160,8 +170,12 @@ class LLMEngine:
         """Stop a request, or only its sample `index`, with finish reason `reason` (the server says "stop" when
         a stop string ended a sample's text): the blocks are freed now; the request's output comes at the next
         step once none of its samples runs."""
+        if request_id not in self.requests:
+            return
+        if self._overlap is not None:  # the step in flight first: its tokens are reported as without async
+            self._pending += self._overlap.drain()
         req = self.requests.get(request_id)
-        if req is None:
+        if req is None:  # it finished in that step
             return
         for seq in req.seqs:
             if seq.status is not SeqStatus.FINISHED and index in (None, seq.index):
@@ -176,34 +190,68 @@ class LLMEngine:
 
     # ---- the loop ------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        if self._overlap is not None:
+            return self._overlap.step()
         outputs, self._pending = self._pending, []
+        sched = self._schedule()
+        if not sched.empty:
+            logits = self.runner.execute(sched)
+            outputs += self._postprocess(sched, logits)
+        self._end_step(sched)
+        return outputs
+
+    def _schedule(self) -> SchedulerOutput:
         sched = self.scheduler.schedule()
         now = self.clock()
         for item in sched.scheduled:
             if item.seq.request.metrics.first_scheduled_time is None:
                 item.seq.request.metrics.first_scheduled_time = now
-        if not sched.empty:
-            logits = self.runner.execute(sched)
-            outputs += self._postprocess(sched, logits)
+        return sched
+
+    def _end_step(self, sched: SchedulerOutput) -> None:
         self._record(sched)
         if self.config.debug_integrity:
             self.check_integrity()
-        return outputs
 
     def _postprocess(self, sched: SchedulerOutput, logits: Any) -> list[RequestOutput]:
         """The step's tokens sampled and handed to the scheduler's state; the outputs this step reports."""
-        groups = [self._fork(seq) if self._needs_fork(seq) else [seq] for seq in self.scheduler.update_computed(sched)]
-        rows = [[(s.seq_id, s.seed, s.request.params) for s in group] for group in groups]
+        groups = self._groups(self.scheduler.update_computed_rows(sched))
+        rows = self._sample_rows(groups)
+        return self._apply(self._pairs(groups, self._sample_now(logits, groups, rows)))
+
+    def _groups(self, seqs: list[Sequence | None]) -> list[list[Sequence]]:
+        """Per logits row, the sequences that draw from it: a prompt just computed forks (n>1); none for a
+        sequence that finished since its step was scheduled (async scheduling)."""
+        return [[] if seq is None else self._fork(seq) if self._needs_fork(seq) else [seq] for seq in seqs]
+
+    @staticmethod
+    def _sample_rows(groups: list[list[Sequence]]) -> list[list[tuple[int, int, SamplingParams]]]:
+        return [[(s.seq_id, s.seed, s.request.params) for s in group] for group in groups]
+
+    @staticmethod
+    def _pairs(groups: list[list[Sequence]], sampled: list[list[int]]) -> list[tuple[Sequence, int]]:
+        return [(seq, token) for group, tokens in zip(groups, sampled) for seq, token in zip(group, tokens)]
+
+    def _needs_host_sampling(self) -> bool:
+        """Logprobs asked (by a request, or `record_logprobs`): the step samples on the host, even under async."""
+        return bool(self._logprob_requests) or self.logprobs is not None
+
+    def _sample_now(self, logits: Any, groups: list[list[Sequence]],
+                    rows: list[list[tuple[int, int, SamplingParams]]]) -> list[list[int]]:
+        """The tokens on the host (the step's device work done), logprobs kept where asked."""
         if self.logprobs is not None:
             for group, row in zip(groups, logits.log_softmax(-1).cpu()):
-                self.logprobs.setdefault(group[0].request.request_id, []).append(row)
+                if group:
+                    self.logprobs.setdefault(group[0].request.request_id, []).append(row)
         if self._logprob_requests:  # only a step with such a request computes logprobs
             sampled, logprobs = self.sampler.sample_with_logprobs(logits, rows)
             self._keep_logprobs(groups, logprobs)
-        else:
-            sampled = self.sampler.sample(logits, rows)  # host lists: the step's device work is done
+            return sampled
+        return self.sampler.sample(logits, rows)
+
+    def _apply(self, pairs: list[tuple[Sequence, int]]) -> list[RequestOutput]:
+        """Sampled tokens handed to the scheduler's state (stops, finished sequences freed); the outputs."""
         now = self.clock()
-        pairs = [(seq, token) for group, tokens in zip(groups, sampled) for seq, token in zip(group, tokens)]
         update = self.scheduler.update_from_output(pairs, now, self._hits_stop_string)
         for seq in update.finished:
             self.sampler.forget(seq.seq_id)

@@ -11,8 +11,10 @@ import numpy as np
 import torch
 
 from runtime.attention import KVCache
+from runtime.backend import PreviousTokens
 from runtime.config import ConfigError, KernelConfig
 from runtime.cuda_graphs import DecodeGraphs
+from runtime.deferred import feed_previous, host_to_device
 from runtime.inputs import build_inputs
 from runtime.kv.manager import BlockCopy, KVCacheManager
 from runtime.limits import decode_graphs_on, piecewise_graphs_on
@@ -47,20 +49,27 @@ def _zeros_cpu(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
 
 
 def _copy_blocks(copies: tuple[BlockCopy, ...], src: list[KVCache], dst: list[KVCache]) -> None:
-    """Copy whole blocks (every layer) grouped by tier: dst[:, d] = src[:, s]."""
+    """Copy whole blocks (every layer) grouped by tier: dst[:, d] = src[:, s]. The block ids go to the device
+    without waiting for it; a swap-out waits for its copy to the host before the host writes the CPU pool."""
     for tier, group in groupby(copies, key=lambda c: c.tier):
         items = list(group)
-        s_idx = torch.tensor([c.src for c in items], device=src[tier].k.device)
-        d_idx = torch.tensor([c.dst for c in items], device=dst[tier].k.device)
+        s_idx = host_to_device([c.src for c in items], np.int64, src[tier].k.device)
+        d_idx = host_to_device([c.dst for c in items], np.int64, dst[tier].k.device)
+        to_host = src[tier].k.device.type == "cuda" and dst[tier].k.device.type == "cpu"
         for name in ("k", "v"):
             moved = getattr(src[tier], name)[:, s_idx].to(getattr(dst[tier], name).device, non_blocking=True)
+            if to_host:  # a non-blocking copy to the host is only there once the stream has run it
+                torch.cuda.current_stream().synchronize()
             getattr(dst[tier], name)[:, d_idx] = moved
 
 
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv: KVCacheManager, kernel: KernelConfig, kv_dtype: torch.dtype,
-                 num_cpu_blocks: tuple[int, ...], device: torch.device, max_num_seqs: int) -> None:
+                 num_cpu_blocks: tuple[int, ...], device: torch.device, max_num_seqs: int,
+                 non_blocking: bool = False) -> None:
+        """`non_blocking` (`scheduler.async_scheduling`): a step's inputs copied without waiting for the device."""
         self.model = model
+        self.non_blocking = non_blocking
         self.kv = kv
         self.kernel = kernel
         self.device = device
@@ -87,8 +96,9 @@ class ModelRunner:
         return DecodeGraphs(self.model, self.caches, self.kv, self.kernel, max_num_seqs, self.device)
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> torch.Tensor:
-        """Run one step; returns fp32 logits [N, V] for the sequences that sample, in scheduled order."""
+    def execute(self, out: SchedulerOutput, previous: PreviousTokens | None = None) -> torch.Tensor:
+        """Run one step; returns fp32 logits [N, V] for the sequences that sample, in scheduled order.
+        `previous`: rows whose input token is the previous step's, still on the device (async scheduling)."""
         _copy_blocks(out.swap_out, self.caches, self.cpu_caches)
         _copy_blocks(out.swap_in, self.cpu_caches, self.caches)
         _copy_blocks(out.block_copies, self.caches, self.caches)
@@ -96,8 +106,10 @@ class ModelRunner:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         if self.graphs is not None and self.graphs.can_run(out.scheduled):
             self.paths["full graph"] += 1
-            return self.model.compute_logits(self.graphs.run(out.scheduled))  # every decode row samples
-        inputs = build_inputs(out.scheduled, self.kv, self.kernel, self.use_triton, self.device)
+            return self.model.compute_logits(self.graphs.run(out.scheduled, previous))  # every decode row samples
+        inputs = build_inputs(out.scheduled, self.kv, self.kernel, self.use_triton, self.device, self.non_blocking)
+        if previous is not None:
+            feed_previous(inputs.input_ids, previous.tokens, previous.rows, previous.src)
         if self.piecewise is not None and self.piecewise.bucket(inputs.input_ids.shape[0]) is not None:
             self.paths["piecewise"] += 1
             hidden = self.piecewise.run(inputs.input_ids, inputs.positions, inputs.meta, self.caches)  # [bucket, H]

@@ -12,14 +12,20 @@ fp16's resolution may swap at the k-th place.
 `sample_with_logprobs` also gives, for each sequence whose params ask (`SamplingParams.logprobs`), the
 sampled token's log-probability and the top-k under the raw logits (vLLM's default): computed on the
 device beside the greedy argmax and brought to the host with it in one transfer. `sample` computes none.
+
+`sample_deferred` (`scheduler.async_scheduling`) makes `sample`'s draws with the same ops and generators but
+leaves the tokens on the device (`runtime.deferred`): no read of the device until the engine asks for them.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
+from runtime.backend import SampleRows
+from runtime.deferred import DeferredTokens, host_to_device
 from runtime.outputs import TokenLogprob
 from runtime.sampling_params import SamplingParams
 
@@ -144,6 +150,30 @@ class Sampler:
                     out[i][j] = int(torch.multinomial(probs, 1, generator=gen).item())
         if batched:
             self._sample_survivors(logits, batched, out)
+
+    def _draw_on_device(self, row: torch.Tensor, seq_id: int, seed: int, params: SamplingParams) -> torch.Tensor:
+        """`_draw`'s draw from a row of fp32 logits [V], left on the device: [1] int64. torch.multinomial reads
+        the device to check its input; this is the draw it makes for one sample (argmax of p / q, q ~ Exp(1),
+        from the same generator), the same token without the read."""
+        probs = filter_logits(row, params).softmax(-1)
+        q = torch.empty_like(probs).exponential_(1, generator=self._generator(seq_id, seed, row.device))
+        return (probs / q).argmax(dim=-1, keepdim=True)
+
+    def sample_deferred(self, logits: torch.Tensor, rows: SampleRows) -> DeferredTokens | None:
+        """`sample`'s tokens (the same draws, flattened in the order of `rows`) left on the device, their copy to
+        the host under way (`scheduler.async_scheduling`); None when a row draws on the host (the batched
+        half-precision top-k), so the step samples with `sample` instead."""
+        if self.half_topk and any(self._batched(p) for seqs in rows for *_, p in seqs):
+            return None
+        member_rows = [i for i, seqs in enumerate(rows) for _ in seqs]
+        tokens = logits.argmax(dim=-1)[host_to_device(member_rows, np.int64, logits.device)]  # [M]
+        j = 0
+        for i, seqs in enumerate(rows):
+            for seq_id, seed, params in seqs:
+                if not params.greedy:
+                    tokens[j : j + 1] = self._draw_on_device(logits[i], seq_id, seed, params)
+                j += 1
+        return DeferredTokens(tokens)
 
     def _sample_survivors(self, logits: torch.Tensor, batched: list, out: list[list[int]]) -> None:
         """One batched top-k for every listed draw, then a draw per sequence on the host."""

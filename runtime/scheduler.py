@@ -15,7 +15,9 @@ start over from the waiting queue; swap: move its blocks to the CPU pool).
 After the step the scheduler's state catches up with what ran (as vLLM v1's `update_from_output`): the engine
 calls `update_computed` once the forward ran (computed tokens, prefix-cache commits: the sequences that sample),
 then `update_from_output` with the sampled tokens (appended, timestamped, stop conditions; finished
-sequences leave and free their blocks).
+sequences leave and free their blocks). Under async scheduling (`runtime.overlap`) the tokens come one step
+late: a step may be scheduled with a sequence that the previous step's token then stops
+(`update_computed_rows` skips it).
 """
 
 from __future__ import annotations
@@ -60,10 +62,13 @@ class StepUpdate(NamedTuple):
 class Scheduler:
     def __init__(self, kv: KVCacheManager, *, max_num_seqs: int, max_num_batched_tokens: int,
                  chunked_prefill: bool, preemption_mode: str, policy: str = "fcfs",
-                 eos_ids: frozenset[int] = frozenset(), max_model_len: int | None = None) -> None:
+                 eos_ids: frozenset[int] = frozenset(), max_model_len: int | None = None,
+                 async_scheduling: bool = False) -> None:
         """`eos_ids` stop a sample (unless its params ignore EOS); `max_model_len` (None: no cap) ends one at
-        that many tokens."""
+        that many tokens; `async_scheduling`: a running sequence's last token may still be on the device
+        (`runtime.overlap`), so one that this token ends by length is not scheduled."""
         self.kv = kv
+        self.async_scheduling = async_scheduling
         self.eos_ids = eos_ids
         self.max_model_len = max_model_len
         # fcfs: arrival order; priority: lower `priority` first, then arrival.
@@ -101,13 +106,23 @@ class Scheduler:
     def update_computed(self, out: SchedulerOutput) -> list[Sequence]:
         """The forward of `out` ran: each scheduled sequence's computed tokens catch up by what it ran, and its
         newly full blocks enter the prefix cache (in schedule order). Returns the sequences that sample."""
-        sampling = []
+        return [seq for seq in self.update_computed_rows(out) if seq is not None]
+
+    def update_computed_rows(self, out: SchedulerOutput) -> list[Sequence | None]:
+        """`update_computed`, per sampling row of `out` its sequence, or None for one that finished after `out`
+        was scheduled (async scheduling sees a stop one step late): left as it is, its row's token dropped."""
+        rows: list[Sequence | None] = []
         for item in out.scheduled:
-            item.seq.num_computed_tokens += item.num_new_tokens
-            self.kv.commit(item.seq)
+            seq = item.seq
+            if seq.status is SeqStatus.FINISHED:
+                if item.sample:
+                    rows.append(None)
+                continue
+            seq.num_computed_tokens += item.num_new_tokens
+            self.kv.commit(seq)
             if item.sample:
-                sampling.append(item.seq)
-        return sampling
+                rows.append(seq)
+        return rows
 
     def update_from_output(self, sampled: Iterable[tuple[Sequence, int]], now: float,
                            text_stops: Callable[[Sequence], bool]) -> StepUpdate:
@@ -135,16 +150,22 @@ class Scheduler:
         stop_token = (token in self.eos_ids and not params.ignore_eos) or token in params.stop_token_ids
         if stop_token or (params.stop and text_stops(seq)):  # stop strings: only where params have them
             seq.finish_reason = "stop"
-        elif seq.num_output_tokens >= params.max_tokens or (
-                self.max_model_len is not None and seq.num_tokens >= self.max_model_len):
+        elif self._at_length(seq):
             seq.finish_reason = "length"
         return seq.finish_reason is not None
+
+    def _at_length(self, seq: Sequence) -> bool:
+        """Its last token ends it: max_tokens outputs, or `max_model_len` tokens."""
+        return seq.num_output_tokens >= seq.request.params.max_tokens or (
+            self.max_model_len is not None and seq.num_tokens >= self.max_model_len)
 
     def schedule(self) -> SchedulerOutput:
         step = _Step(self.budget)
         decodes, prefills = [], []
         for s in self.running:
             (decodes if s.is_decode else prefills).append(s)
+        if self.async_scheduling:  # a last token still being sampled ends these whatever it is: no step for them
+            decodes = [s for s in decodes if not self._at_length(s)]
         for seq in decodes:
             if seq.status is SeqStatus.RUNNING and step.budget > 0:
                 self._schedule_decode(seq, step)

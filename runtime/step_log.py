@@ -24,6 +24,8 @@ from runtime.sim.shape import StepShaper
 
 class StepLog:
     def __init__(self, engine: LLMEngine, limit: int = 20_000) -> None:
+        if engine.overlapped:  # its device time would be the next step's host work too
+            raise ValueError("StepLog times synchronous steps: scheduler.async_scheduling must be false")
         self.engine, self.runner, self.sampler = engine, engine.runner, engine.sampler
         self.shaper = StepShaper(engine.config, engine.kv.tiers, getattr(engine.runner, "graphs", None) is not None)
         self.limit = limit

@@ -119,3 +119,17 @@ def test_engine_logprobs_are_the_recorded_distribution_at_the_drawn_tokens():
     assert [lp.logprob for lp in greedy_out.logprobs] == recorded
     assert [lp.logprob for lp in outs["g"].outputs[0].logprobs] == [lp.top_logprobs[0]
                                                                    for lp in outs["g"].outputs[0].logprobs]
+
+
+def test_deferred_draws_are_the_host_draws():
+    """`sample_deferred` (async scheduling) draws each token `sample` draws, from the same generators, on the device."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, VOCAB, generator=gen) * 3
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8), PARAMS[3], PARAMS[4]]
+    rows = [[(0, 11, params[0])], [(1, 12, params[1]), (2, 13, params[1])], [(3, 14, params[2])],
+            [(4, 15, params[3])]]  # row 1: two samples of one request (n=2) draw from it
+    host, device = Sampler(), Sampler()
+    for _ in range(30):
+        expected = [token for row in host.sample(logits, rows) for token in row]
+        assert device.sample_deferred(logits, rows).tolist() == expected
+    assert Sampler(half_topk=True).sample_deferred(logits, rows) is None  # a batched top-k row draws on the host

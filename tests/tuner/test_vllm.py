@@ -223,6 +223,13 @@ def test_the_header_names_each_measured_knob_vllm_cannot_express_and_what_it_hol
     assert vllm_yaml(EngineConfig().to_dict()).unexpressed == ()  # the runtime's defaults: nothing to name
 
 
+def test_async_scheduling_is_left_to_vllms_own_choice():
+    export = vllm_yaml(runtime(scheduler={"async_scheduling": True}))
+    assert "async-scheduling" not in export.args
+    assert ("scheduler.async_scheduling: true -> not written: async-scheduling left to vLLM 0.33.0's own choice"
+            in export.unexpressed)
+
+
 def test_tiers_are_the_runtime_s_effective_ones_for_max_model_len():
     # max_model_len 1024: the first tier reaches it, so it is the only one the runtime keeps (share 1).
     export = vllm_yaml(runtime(cache={"block_tiers": TIERS}, scheduler={"max_model_len": 1024}))

@@ -76,6 +76,7 @@ _INSTEAD = {
     "cache.swap_space": "not written: vLLM {v} has no swap space option; its engine preempts by recompute",
     "scheduler.preemption_mode": "not written: vLLM {v} has no preemption option; its engine preempts by recompute",
     "kernel.pad_multiple": "not written: vLLM {v} pads batches to its own CUDA-graph sizes",
+    "scheduler.async_scheduling": "not written: async-scheduling left to vLLM {v}'s own choice",
     "cache.watermark": "not written: vLLM {v} admits requests by its own free-block rule",
     "cache.kv_cache_dtype": "not written: kv-cache-dtype left to vLLM's auto (the model's dtype)",
 }
