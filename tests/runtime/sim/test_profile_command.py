@@ -69,14 +69,14 @@ def test_the_profile_records_a_tier_cost_from_steps_over_two_tiers(tiny_profile_
 
 
 def test_a_known_tier_cost_is_measured(monkeypatch, tmp_path):
-    """Every tier past the first made to cost 20 ms more: the profile's tier_s finds it (within the tiny model's
-    CPU noise, a few ms on steps of 2-14 ms)."""
+    """Every tier past the first made to cost 100 ms more: the profile's tier_s finds it, to 15% (the tiny model's
+    steps of 2-14 ms on the CPU swing by tens of ms on a loaded machine: a 20 ms cost was lost in that)."""
     timed = StepTimer._run
 
     def slower(self, out):
-        return timed(self, out) + 0.020 * (len({s.seq.tier for s in out.scheduled}) - 1)
+        return timed(self, out) + 0.100 * (len({s.seq.tier for s in out.scheduled}) - 1)
 
     monkeypatch.setattr(StepTimer, "_run", slower)
     out = tmp_path / "tiers.json"
     assert main(["model=tiny", "grid=small", "device=cpu", "repeats=1", f"out={out}"]) == 0
-    assert load_profile(out).tier_s == pytest.approx(0.020, abs=0.005)
+    assert load_profile(out).tier_s == pytest.approx(0.100, abs=0.015)
