@@ -19,7 +19,8 @@ Pass/fail need not be monotone in the rate (how requests batch changes with it):
 fail below a pass, and the edge is settled again below that fail (bracket, bisect, check; at most
 SETTLE_ROUNDS times). Every pass above a fail is reported (`inversions`), never hidden by the path.
 
-Probes side by side (`Fan`, width w > 1: a simulator on w cores): a bracket tries its next w steps at once, a
+Probes side by side (`Fan`, width w > 1: a simulator on w cores): the checkpoint probe runs beside the
+bracket's first step up (a trial the checkpoint stops drops it), a bracket tries its next w steps at once, a
 bisection cuts the bracket at w points at once (into w + 1 parts, geometrically), and the edge checks run
 together. Each batch is read as the one-at-a-time path would read its probes: the lowest fail is the upper
 end, the highest pass below it the lower end; a pass above that fail is reported (`inversions`).
@@ -117,10 +118,17 @@ def _capacity(replay: Replayer, plan: MeasurePlan, span_s: float, checkpoint: Ch
 
     width = max(1, fan.width)
     max_scale = highest_scale(span_s, plan.min_window_s)
-    first = run([min(plan.start_scale, max_scale)])[0]
+    start = min(plan.start_scale, max_scale)
+    ahead = width > 1 and plan.checkpoint and checkpoint is not None and start < max_scale
+    first, *up = run([start, min(start * plan.first_step, max_scale)] if ahead else [start])
     if plan.checkpoint and checkpoint is not None and not checkpoint(first):
+        del probes[1:]  # the bracket's first step, run beside the checkpoint, is not part of a stopped trial
         return _result(probes, None, first.scale, saturated=False), first
-    lower, upper = _bracket(run, first, plan.first_step, max_scale, width)
+    if up and first.passed:  # the bracket's first step is made: on from there
+        lower, upper = _ends(up, first, None)
+        lower, upper = (lower, upper) if upper else _bracket(run, lower, plan.first_step ** 2, max_scale, width)
+    else:
+        lower, upper = _bracket(run, first, plan.first_step, max_scale, width)
     lower, upper = _bisect(run, lower, upper, plan.tol, width)
     for _ in range(SETTLE_ROUNDS):  # a fail below the edge: the edge moves below it, and is checked again
         if lower is None or upper is None or _checked(run, lower, plan, width):

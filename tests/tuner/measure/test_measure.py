@@ -183,3 +183,16 @@ def test_a_batch_is_read_as_one_at_a_time_would_read_it():
     measurement, _ = measure(replay, plan(start_scale=1.6, first_step=1.2, tol=0.05), 100.0, None, here(batches))
     assert 1.8 / 1.05 < measurement.values[0] <= 1.8 < measurement.metrics["capacity_upper_scale"] <= 1.9
     assert 1.9 < measurement.metrics["inversion_pass_scale"] <= 2.0 and measurement.metrics["inversions"] >= 1
+
+
+def test_the_checkpoint_runs_beside_the_brackets_first_step_which_a_stopped_trial_drops():
+    batches: list[list[float]] = []
+    measured, stopped = measure(threshold(1.07), plan(start_scale=0.9, first_step=1.2, checkpoint=True), 100.0,
+                                lambda p: True, here(batches))
+    assert stopped is None and batches == [[0.9, 1.08], [0.9564, 1.0163], [0.9978, 0.9503]]  # 4 rounds, not 6
+    assert (measured.values[0], measured.metrics["capacity_upper_scale"]) == (pytest.approx(1.047676), 1.08)
+    batches.clear()
+    pruned, stopped = measure(threshold(0.5), plan(start_scale=0.9, first_step=1.2, checkpoint=True), 100.0,
+                              lambda p: False, here(batches))
+    assert batches == [[0.9, 1.08]] and stopped is not None and stopped.scale == 0.9
+    assert [p.scale for p in pruned.probes] == [0.9] and pruned.values == (0.0,)
