@@ -17,7 +17,6 @@ and KV manager. This module imports no torch; the model backend does when it is 
 
 from __future__ import annotations
 
-import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -360,10 +359,20 @@ class LLMEngine:
 
 def token_range(prompt: Seq[int]) -> tuple[int, int]:
     """(lowest, highest) token id of a prompt: a pass over a list each time, remembered for a tuple (it cannot
-    change), since a pass costs ~25 ns a token and a replay adds the same tuples on every run."""
-    return _tuple_range(prompt) if isinstance(prompt, tuple) else (min(prompt), max(prompt))
+    change), since a pass costs ~25 ns a token and a replay adds the same tuples on every run. Remembered by the
+    tuple's identity (a lookup by value would hash every token again); the entry holds the tuple, so its id is
+    not reused while it is there."""
+    if not isinstance(prompt, tuple):
+        return min(prompt), max(prompt)
+    hit = _RANGES.get(id(prompt))
+    if hit is not None and hit[0] is prompt:
+        return hit[1], hit[2]
+    if len(_RANGES) >= MAX_RANGES:
+        _RANGES.clear()
+    low, high = min(prompt), max(prompt)
+    _RANGES[id(prompt)] = (prompt, low, high)
+    return low, high
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _tuple_range(prompt: tuple[int, ...]) -> tuple[int, int]:
-    return min(prompt), max(prompt)
+MAX_RANGES = 1 << 16  # prompts whose range is remembered (a replay's window; the cache starts over past this)
+_RANGES: dict[int, tuple[tuple[int, ...], int, int]] = {}

@@ -35,6 +35,7 @@ class KVUsage(NamedTuple):
 class KVCacheManager:
     def __init__(self, tiers: Seq[TierSpec], enable_prefix_caching: bool, watermark: float) -> None:
         self.tiers = tuple(tiers)
+        self._max_lens = tuple(t.max_len for t in self.tiers)
         self.total_blocks = sum(t.num_blocks for t in self.tiers)
         self.enable_prefix_caching = enable_prefix_caching
         self.watermark = watermark
@@ -76,7 +77,10 @@ class KVCacheManager:
     # ---- queries -------------------------------------------------------------------------------
     def tier_for(self, total_len: int) -> int | None:
         """The first tier whose max_len covers a request of `total_len` tokens."""
-        return next((i for i, t in enumerate(self.tiers) if total_len <= t.max_len), None)
+        for i, limit in enumerate(self._max_lens):  # a loop over ints: every request asks
+            if total_len <= limit:
+                return i
+        return None
 
     def block_table(self, seq: Sequence) -> list[int]:
         return self.by_tier[seq.tier].tables.get(seq.seq_id, [])

@@ -191,3 +191,13 @@ def test_a_gpu_partly_held_by_another_process_is_a_clear_error_naming_the_knob(m
         "cache.gpu_memory_utilization: 0.9 x 140.0 GiB = 126.0 GiB is more than this process can have: 60.0 GiB of "
         "the GPU are held by other processes. Lower cache.gpu_memory_utilization to 0.56 or less, or free the GPU.")
     _check_free(140 * gib, 0.55, torch.device("cuda"))  # what is left: fine
+
+
+def test_token_range_remembers_a_tuple_by_identity_and_never_confuses_two():
+    from runtime import engine
+
+    first = tuple(range(5, 300))
+    assert engine.token_range(first) == (5, 299) and engine._RANGES[id(first)][0] is first
+    assert engine.token_range([9, 2, 7]) == (2, 9)  # a list: a pass each time, nothing kept
+    other = tuple(range(1, 40))  # another tuple: its own entry, whatever ids the two have
+    assert engine.token_range(other) == (1, 39) and engine.token_range(first) == (5, 299)
