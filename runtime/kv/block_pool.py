@@ -25,22 +25,35 @@ def chain_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
     return hash(tokens if parent is None else (parent, tokens))
 
 
-@dataclass(slots=True)  # slots: read and written for every block a request takes
+@dataclass(frozen=True, slots=True)
 class BlockMeta:
+    """One block's state, as read by checks and tests (`BlockPool.meta`); the pool keeps it in three lists."""
+
     ref_count: int = 0
     hash: int | None = None  # set once the block is full and registered in the prefix cache
     tokens: tuple[int, ...] | None = None  # re-checked on a cache hit (hash collisions)
 
 
 class BlockPool:
-    """Blocks `0..num_blocks-1` of one tier; this class only counts, the tensors live in the executor."""
+    """Blocks `0..num_blocks-1` of one tier; this class only counts, the tensors live in the executor.
+
+    A block's state is three parallel lists (ref count, hash, tokens), not an object a block: a pool is
+    built again at every engine reset (every replay of a simulated trial), and [0] * n costs microseconds
+    where n objects cost tens of milliseconds."""
 
     def __init__(self, num_blocks: int, enable_caching: bool) -> None:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.meta = [BlockMeta() for _ in range(num_blocks)]
+        self.refs: list[int] = [0] * num_blocks
+        self.hashes: list[int | None] = [None] * num_blocks
+        self.tokens: list[tuple[int, ...] | None] = [None] * num_blocks
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[int, int] = {}  # hash -> block id
+
+    @property
+    def meta(self) -> list[BlockMeta]:
+        """Every block's state, a copy (for checks and tests: the hot paths read the lists)."""
+        return [BlockMeta(*m) for m in zip(self.refs, self.hashes, self.tokens)]
 
     @property
     def num_free(self) -> int:
@@ -62,31 +75,30 @@ class BlockPool:
     def allocate_many(self, n: int) -> list[int]:
         """`n` blocks, as `n` calls of `allocate` take them (one loop: a prompt takes hundreds at once).
         Precondition: `n <= num_free`."""
-        pop, meta, cached = self.free_queue.popitem, self.meta, self.cached
+        pop, refs, hashes, cached = self.free_queue.popitem, self.refs, self.hashes, self.cached
         block_ids = []
         for _ in range(n):
             block_id = pop(False)[0]  # the LRU end (last=False, passed by position: cheaper)
-            m = meta[block_id]
-            if m.hash is not None:
-                del cached[m.hash]
-                m.hash = m.tokens = None
-            m.ref_count = 1
+            block_hash = hashes[block_id]
+            if block_hash is not None:
+                del cached[block_hash]
+                hashes[block_id] = self.tokens[block_id] = None
+            refs[block_id] = 1
             block_ids.append(block_id)
         return block_ids
 
     def find_cached(self, block_hash: int, tokens: tuple[int, ...]) -> int | None:
         """The cached block holding exactly `tokens` under `block_hash`, if any (no side effects)."""
         block_id = self.cached.get(block_hash)
-        if block_id is None or self.meta[block_id].tokens != tokens:
+        if block_id is None or self.tokens[block_id] != tokens:
             return None
         return block_id
 
     def acquire(self, block_id: int) -> None:
         """Add a reference (a cache hit or a fork); a free cached block leaves the free queue."""
-        meta = self.meta[block_id]
-        if meta.ref_count == 0:
+        if self.refs[block_id] == 0:
             del self.free_queue[block_id]
-        meta.ref_count += 1
+        self.refs[block_id] += 1
 
     def release(self, block_id: int) -> None:
         """Drop a reference; at zero the block joins the MRU end of the free queue, still cached."""
@@ -94,12 +106,12 @@ class BlockPool:
 
     def release_many(self, block_ids: Iterable[int]) -> None:
         """`release` each block, in order (one loop: a finished request frees hundreds at once)."""
-        meta, free_queue = self.meta, self.free_queue
+        refs, free_queue = self.refs, self.free_queue
         for block_id in block_ids:
-            m = meta[block_id]
-            assert m.ref_count > 0, f"block {block_id} released with ref count 0"
-            m.ref_count -= 1
-            if m.ref_count == 0:
+            count = refs[block_id]
+            assert count > 0, f"block {block_id} released with ref count 0"
+            refs[block_id] = count - 1
+            if count == 1:
                 free_queue[block_id] = None
 
     def register_many(self, blocks: Iterable[tuple[int, int, tuple[int, ...]]]) -> None:
@@ -107,12 +119,11 @@ class BlockPool:
         hundreds at once); a hash already cached keeps its first block, a block its first hash."""
         if not self.enable_caching:
             return
-        meta, cached = self.meta, self.cached
+        hashes, tokens_of, cached = self.hashes, self.tokens, self.cached
         for block_id, block_hash, tokens in blocks:
-            m = meta[block_id]
-            if m.hash is None and block_hash not in cached:
-                m.hash, m.tokens = block_hash, tokens
+            if hashes[block_id] is None and block_hash not in cached:
+                hashes[block_id], tokens_of[block_id] = block_hash, tokens
                 cached[block_hash] = block_id
 
     def ref_count(self, block_id: int) -> int:
-        return self.meta[block_id].ref_count
+        return self.refs[block_id]

@@ -20,18 +20,19 @@ class IntegrityError(AssertionError):
 def pool_problems(pool: BlockPool, refs: Counter[int], name: str) -> list[str]:
     """Violations of one pool given the references its tables hold (block id -> count)."""
     problems = []
-    for block_id, meta in enumerate(pool.meta):
+    metas = pool.meta  # a copy: taken once
+    for block_id, meta in enumerate(metas):
         want, free = refs.get(block_id, 0), block_id in pool.free_queue
         if meta.ref_count != want:
             problems.append(f"{name}: block {block_id} ref_count {meta.ref_count} != {want} table refs")
         if (meta.ref_count == 0) != free:
             problems.append(f"{name}: block {block_id} ref_count {meta.ref_count} but free={free}")
-    if pool.num_free + sum(1 for m in pool.meta if m.ref_count > 0) != pool.num_blocks:
+    if pool.num_free + sum(1 for m in metas if m.ref_count > 0) != pool.num_blocks:
         problems.append(f"{name}: free {pool.num_free} + used != total {pool.num_blocks}")
     for block_hash, block_id in pool.cached.items():
-        if pool.meta[block_id].hash != block_hash:
+        if metas[block_id].hash != block_hash:
             problems.append(f"{name}: cached hash of block {block_id} is not findable under its hash")
-    hashed = sum(1 for m in pool.meta if m.hash is not None)
+    hashed = sum(1 for m in metas if m.hash is not None)
     if hashed != len(pool.cached):
         problems.append(f"{name}: {hashed} hashed blocks but {len(pool.cached)} cache entries")
     return problems

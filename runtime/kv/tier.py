@@ -65,7 +65,7 @@ class TierKV:
         table = self.tables.get(seq.seq_id)
         grow = -(-(computed + num_new) // bs) - (len(table) if table else 0)
         # Copy-on-write only when writing into a partly filled block that is shared (a fork's tail).
-        cow = computed % bs != 0 and self.pool.meta[table[computed // bs]].ref_count > 1
+        cow = computed % bs != 0 and self.pool.refs[table[computed // bs]] > 1
         return max(0, grow) + cow
 
     def try_allocate(self, seq: Sequence, num_new: int, keep_watermark: bool) -> list[BlockCopy] | None:
@@ -122,7 +122,7 @@ class TierKV:
         table = self.tables.setdefault(seq.seq_id, [])
         self.hashes.setdefault(seq.seq_id, [])
         copies: list[BlockCopy] = []
-        if computed % bs and pool.meta[table[computed // bs]].ref_count > 1:  # writing into a fork's shared tail
+        if computed % bs and pool.refs[table[computed // bs]] > 1:  # writing into a fork's shared tail
             idx = computed // bs
             new = pool.allocate()
             copies.append(BlockCopy(self.index, table[idx], new))

@@ -98,9 +98,9 @@ def assert_kv_invariants(kv: KVCacheManager, live: Iterable[Sequence]) -> None:
         cpu_refs = Counter(b for s, t in kv.cpu_tables.items() if tier_of[s] == tier for b in t)
         for p, want in ((pool, refs), (cpu_pool, cpu_refs)):
             assert [m.ref_count for m in p.meta] == [want.get(b, 0) for b in range(p.num_blocks)]
-            used = {b for b in range(p.num_blocks) if p.meta[b].ref_count > 0}
+            used = {b for b in range(p.num_blocks) if p.refs[b] > 0}
             assert not used & set(p.free_queue)
             assert len(used) + p.num_free == p.num_blocks
         for block_hash, block_id in pool.cached.items():
-            assert pool.find_cached(block_hash, pool.meta[block_id].tokens) == block_id
+            assert pool.find_cached(block_hash, pool.tokens[block_id]) == block_id
     check_integrity(kv, live)

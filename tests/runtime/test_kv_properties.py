@@ -92,7 +92,7 @@ class KVMachine(RuleBasedStateMachine):
         spec, pool = self.kv.tiers[tier], self.kv.pools[tier]
         length = min(pool.num_free * spec.block_size, spec.max_len)
         if length:
-            cached_free = any(pool.meta[b].hash is not None for b in pool.free_queue)  # what taking them all evicts
+            cached_free = any(pool.hashes[b] is not None for b in pool.free_queue)  # what taking them all evicts
             self._admit((prompt * length)[:length], tier, length)
             event(f"fill evicted: {cached_free}")
 
@@ -168,7 +168,7 @@ class KVMachine(RuleBasedStateMachine):
             bs = self.kv.tiers[tier].block_size
             for block_hash, block_id in pool.cached.items():
                 prefix = self.prefix_of[tier][block_hash]
-                assert pool.meta[block_id].tokens == prefix[-bs:]
+                assert pool.tokens[block_id] == prefix[-bs:]
                 for o in range(bs):
                     assert self.device[tier].get(block_id * bs + o) == prefix[: len(prefix) - bs + o + 1]
 
