@@ -145,7 +145,8 @@ class LLMEngine:
         if params.stop and self.tokenizer is None:
             raise ValueError(f"stop strings {params.stop!r} need the model's tokenizer, and this engine has none")
         arrival = self.clock() if arrival_time is None else arrival_time
-        req = Request(request_id, list(prompt_token_ids), params, arrival, priority, RequestMetrics(arrival))
+        req = Request(request_id, list(prompt_token_ids), params, arrival, priority, RequestMetrics(arrival),
+                      prompt=prompt_token_ids if isinstance(prompt_token_ids, tuple) else None)
         req.rejected_reason = self.reject_reason(prompt_token_ids, params)
         if req.rejected_reason is not None:
             req.metrics.finished_time = self.clock()

@@ -30,6 +30,7 @@ class Request:
     metrics: RequestMetrics
     seqs: list[Sequence] = field(default_factory=list)
     rejected_reason: str | None = None
+    prompt: tuple[int, ...] | None = None  # the caller's tuple, when it gave one: what per-prompt work is kept by
 
     @property
     def finished(self) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from runtime.kv.block_pool import BlockPool, chain_hash
+from runtime.kv.block_pool import BlockPool, chain_hash, prompt_blocks
 from runtime.sequence import Sequence
 
 
@@ -100,9 +100,13 @@ class TierKV:
         table: list[int] = []
         hashes: list[int] = []
         parent: int | None = None
+        known, known_tokens = _prompt_blocks(seq, bs)
         for i in range((seq.num_prompt_tokens - 1) // bs):
-            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            parent = chain_hash(parent, tokens)
+            if i < len(known):
+                parent, tokens = known[i], known_tokens[i]
+            else:
+                tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+                parent = chain_hash(parent, tokens)
             block_id = pool.find_cached(parent, tokens)
             if block_id is None:
                 break
@@ -140,11 +144,15 @@ class TierKV:
         if full <= len(hashes):  # the common decode step: no block filled up
             return
         table, token_ids = self.tables[seq.seq_id], seq.token_ids
+        known, known_tokens = _prompt_blocks(seq, bs)  # the prompt's full blocks, hashed once per prompt
         parent = hashes[-1] if hashes else None
         blocks = []
         for i in range(len(hashes), full):
-            tokens = tuple(token_ids[i * bs : (i + 1) * bs])
-            parent = chain_hash(parent, tokens)
+            if i < len(known):
+                parent, tokens = known[i], known_tokens[i]
+            else:
+                tokens = tuple(token_ids[i * bs : (i + 1) * bs])
+                parent = chain_hash(parent, tokens)
             hashes.append(parent)
             blocks.append((table[i], parent, tokens))
         self.pool.register_many(blocks)
@@ -183,3 +191,10 @@ class TierKV:
         self.pool.register_many([(table[i], block_hash, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
                                  for i, block_hash in enumerate(self.hashes[seq.seq_id])])
         return copies
+
+
+def _prompt_blocks(seq: Sequence, block_size: int) -> tuple[list[int], list[tuple[int, ...]]]:
+    """The prompt's full blocks, hashed once per prompt tuple (`block_pool.prompt_blocks`); none to reuse for a
+    prompt given as a list."""
+    prompt = seq.request.prompt
+    return prompt_blocks(prompt, block_size) if prompt is not None else ([], [])

@@ -116,3 +116,14 @@ def test_chain_hash_is_the_same_in_every_process():
                            env={**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": seed}).stdout.strip()
             for seed in ("1", "2")}
     assert seen == {str(chain_hash(chain_hash(None, (1, 2)), (3, 4)))}
+
+
+def test_a_prompts_blocks_are_hashed_once_by_its_identity_as_the_chain_gives_them():
+    from runtime.kv import block_pool
+
+    prompt = tuple(range(3, 14))  # 11 tokens: 2 full blocks of 4, 3 left over
+    hashes, tokens = block_pool.prompt_blocks(prompt, 4)
+    first = chain_hash(None, (3, 4, 5, 6))
+    assert tokens == [(3, 4, 5, 6), (7, 8, 9, 10)] and hashes == [first, chain_hash(first, (7, 8, 9, 10))]
+    assert block_pool.prompt_blocks(prompt, 4)[0] is hashes  # remembered, not hashed again
+    assert block_pool.prompt_blocks(prompt, 8)[1] == [tuple(range(3, 11))]  # per block size
