@@ -61,13 +61,14 @@ def _traffic(app: AppConfig) -> TrafficLoad:
             f"{app.traffic}: {traffic.rejected_too_long} of {traffic.rejected_too_long + len(traffic.requests)} "
             f"requests ({traffic.rejected_share:.1%}) need more than max_model_len {limit} tokens (prompt + output) "
             f"and would be rejected, above replay.max_rejected_share {app.replay.max_rejected_share:.0%}: "
-            f"{_remedy(app)}raise runtime.scheduler.max_model_len (the model allows {info.max_position_embeddings})")
+            f"{_remedy(app.replay.long_prompts)}raise runtime.scheduler.max_model_len (the model allows "
+            f"{info.max_position_embeddings})")
     return traffic
 
 
-def _remedy(app: AppConfig) -> str:
+def _remedy(long_prompts: LongPrompts) -> str:
     """What else would fit them: truncation, unless it is on already (then their outputs alone are too long)."""
-    if app.replay.long_prompts is LongPrompts.truncate:
+    if long_prompts is LongPrompts.truncate:
         return "their outputs alone reach it, even with prompts truncated: "
     return "pass replay.long_prompts=truncate, or "
 

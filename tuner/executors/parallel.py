@@ -12,8 +12,9 @@ one at a time.
 
 Workers ignore SIGINT (the parent decides; SIGTERM lets the pool end them) and, on Linux, die with the
 parent. The pool is terminated only when the parent leaves the map by an exception (a stop, a failed task);
-after the last result it is closed and joined, so no worker is signalled on the way out. `PAGETUNE_PARALLEL_SIM=0`
-runs every measurement in this process. Results come back in task order, whatever order they
+after the last result it is closed and joined, so no worker is signalled on the way out. Opt-in:
+`PAGETUNE_PARALLEL_SIM=1` (a SIGTERM during the conclusion's side-by-side measurements can still print a traceback
+of the pool's result thread, tests/tuner/test_signals.py). Results come back in task order, whatever order they
 finish in. A process that has imported torch is never forked (its thread pools do not survive a fork: the child
 can hang): the tuner's parent never imports it, so there the measurements run side by side.
 """
@@ -25,6 +26,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -62,9 +64,10 @@ def probe_fan(poll: Callable[[], None]) -> Fan:
 
 def _can_fork() -> bool:
     """Fork is there, torch is not imported (its thread pools do not survive a fork), this is no pool worker
-    (a daemon process may not have children), and PAGETUNE_PARALLEL_SIM is not 0."""
+    (a daemon process may not have children), and PAGETUNE_PARALLEL_SIM=1 asks for it (opt-in: a SIGTERM during
+    the conclusion's side-by-side measurements can still print the pool's result thread's traceback)."""
     return ("fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules
-            and not multiprocessing.current_process().daemon and os.environ.get("PAGETUNE_PARALLEL_SIM") != "0")
+            and not multiprocessing.current_process().daemon and os.environ.get("PAGETUNE_PARALLEL_SIM") == "1")
 
 
 def parallel_map(task: Callable[[int], T], count: int, workers: int,
@@ -92,12 +95,39 @@ def parallel_map(task: Callable[[int], T], count: int, workers: int,
                 continue
             results[i] = _done(i, result, on_result)
     except BaseException:  # a stop (poll) or a failed task: the workers still busy are ended
-        pool.terminate()
-        pool.join()
+        _end(pool)
         raise
     pool.close()  # every task done: the workers leave on their own, none is signalled
     pool.join()
     return [results[i] for i in range(count)]
+
+
+def _end(pool: Any) -> None:
+    """Terminate and join the pool. CPython's terminate refuses ("Cannot have cache with result_hander not
+    alive") when its result thread ended first, as a worker killed mid-write ends it: then the workers are left
+    to die with this process (PR_SET_PDEATHSIG), which is leaving on the stop that brought it here."""
+    _quiet_result_threads()
+    try:
+        pool.terminate()
+    except AssertionError:
+        return
+    pool.join()
+
+
+def _quiet_result_threads() -> None:
+    """A worker killed mid-write leaves a torn result in the pipe, and the pool's result thread dies reading it
+    with a traceback on stderr: on the way out of a stopped map that says nothing, so it is not printed (any
+    other thread's exception still is)."""
+    previous = threading.excepthook
+    if getattr(previous, "pagetune_quiet", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.thread is None or not args.thread.name.endswith("(_handle_results)"):
+            previous(args)
+
+    hook.pagetune_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def _done(i: int, result: T, on_result: Callable[[int, T], None]) -> T:
@@ -109,7 +139,8 @@ def _start(task: Callable[[int], Any]) -> None:
     """In a pool worker, once: its task function (inherited through fork), and signals left to the parent."""
     global _task
     _task = task
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; SIGTERM lets terminate() end a worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends a worker at once, not the study's handler
     if sys.platform == "linux":  # a parent killed outright (SIGKILL, a timeout) takes its workers with it
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 

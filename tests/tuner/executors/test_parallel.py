@@ -60,9 +60,9 @@ def test_only_simulated_measurements_run_side_by_side_and_never_from_a_torch_pro
             f"sim = SimExecutor(Path({str(write_tiny_profile(tmp_path))!r}))\n"
             "print(w(sim, 20) == min(20, usable_cores()), w(sim, 1))\n"
             "import os; os.environ['PAGETUNE_PARALLEL_SIM'] = '0'; print(w(sim, 20))\n"
-            "del os.environ['PAGETUNE_PARALLEL_SIM']; import torch\n"
+            "os.environ['PAGETUNE_PARALLEL_SIM'] = '1'; import torch\n"
             "print(w(sim, 20))\n")
-    env = {k: v for k, v in os.environ.items() if k != "PAGETUNE_PARALLEL_SIM"}  # side by side by default
+    env = {**os.environ, "PAGETUNE_PARALLEL_SIM": "1"}  # side by side is opt-in
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert done.stdout.split() == ["True", "1", "1", "1"], done.stderr[-2000:]
     assert measurement_workers(FakeExecutor(lambda c: 1.0, 0.1, 0), 20) == 1  # a noisy executor: one at a time
@@ -83,7 +83,7 @@ def test_a_simulated_trial_probes_side_by_side_as_it_would_here(tmp_path):
     probe at a time finds, to the tolerance (fresh interpreter: the tuner's parent has no torch)."""
     done = subprocess.run([sys.executable, "-m", "tests.tuner.executors.fan_check", str(write_tiny_profile(tmp_path))],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={k: v for k, v in os.environ.items() if k != "PAGETUNE_PARALLEL_SIM"})
+                          env={**os.environ, "PAGETUNE_PARALLEL_SIM": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     width, equal, probes, capacity = done.stdout.splitlines()
     assert (width, equal, probes) == ("width 2", "forked equal True True True", "probes 12 10")
