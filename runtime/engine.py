@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runtime.backend import Backend, model_backend
 from runtime.config import EngineConfig
+from runtime.identity_cache import IdentityCache
 from runtime.kv.integrity import check_integrity
 from runtime.kv.manager import KVCacheManager
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprob
@@ -360,20 +361,10 @@ class LLMEngine:
 
 def token_range(prompt: Seq[int]) -> tuple[int, int]:
     """(lowest, highest) token id of a prompt: a pass over a list each time, remembered for a tuple (it cannot
-    change), since a pass costs ~25 ns a token and a replay adds the same tuples on every run. Remembered by the
-    tuple's identity (a lookup by value would hash every token again); the entry holds the tuple, so its id is
-    not reused while it is there."""
+    change; `IdentityCache`), since a pass costs ~25 ns a token and a replay adds the same tuples on every run."""
     if not isinstance(prompt, tuple):
         return min(prompt), max(prompt)
-    hit = _RANGES.get(id(prompt))
-    if hit is not None and hit[0] is prompt:
-        return hit[1], hit[2]
-    if len(_RANGES) >= MAX_RANGES:
-        _RANGES.clear()
-    low, high = min(prompt), max(prompt)
-    _RANGES[id(prompt)] = (prompt, low, high)
-    return low, high
+    return _RANGES.get(prompt, None, lambda: (min(prompt), max(prompt)))
 
 
-MAX_RANGES = 1 << 16  # prompts whose range is remembered (a replay's window; the cache starts over past this)
-_RANGES: dict[int, tuple[tuple[int, ...], int, int]] = {}
+_RANGES: IdentityCache[tuple[int, int]] = IdentityCache(1 << 16)  # a replay window's prompts

@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from runtime.identity_cache import IdentityCache
+
 
 def chain_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
     """Hash of a full block given its parent's hash (None: the first block), the same in every process.
@@ -27,29 +29,22 @@ def chain_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
 
 def prompt_blocks(prompt: tuple[int, ...], block_size: int) -> tuple[list[int], list[tuple[int, ...]]]:
     """The chained hashes and the tokens of a prompt's full blocks, as `chain_hash` gives them from the first
-    block. Remembered by the tuple's identity (the entry holds the tuple, so its id is not reused while it is
-    there): a replay adds the same prompt tuples on every run, and hashing them again was a tenth of a
-    simulated replay."""
-    key = (id(prompt), block_size)
-    hit = _PROMPT_BLOCKS.get(key)
-    if hit is not None and hit[0] is prompt:
-        return hit[1], hit[2]
-    if len(_PROMPT_BLOCKS) >= MAX_PROMPTS:
-        _PROMPT_BLOCKS.clear()
-    hashes: list[int] = []
-    tokens: list[tuple[int, ...]] = []
-    parent: int | None = None
-    for i in range(len(prompt) // block_size):
-        block = prompt[i * block_size : (i + 1) * block_size]
-        parent = chain_hash(parent, block)
-        hashes.append(parent)
-        tokens.append(block)
-    _PROMPT_BLOCKS[key] = (prompt, hashes, tokens)
-    return hashes, tokens
+    block; computed once per prompt tuple (`IdentityCache`): hashing them again was a tenth of a simulated replay."""
+    def compute() -> tuple[list[int], list[tuple[int, ...]]]:
+        hashes: list[int] = []
+        tokens: list[tuple[int, ...]] = []
+        parent: int | None = None
+        for i in range(len(prompt) // block_size):
+            block = prompt[i * block_size : (i + 1) * block_size]
+            parent = chain_hash(parent, block)
+            hashes.append(parent)
+            tokens.append(block)
+        return hashes, tokens
+
+    return _PROMPT_BLOCKS.get(prompt, block_size, compute)
 
 
-MAX_PROMPTS = 1 << 14  # prompts whose blocks are remembered (a window's; the cache starts over past this)
-_PROMPT_BLOCKS: dict[tuple[int, int], tuple[tuple[int, ...], list[int], list[tuple[int, ...]]]] = {}
+_PROMPT_BLOCKS: IdentityCache[tuple[list[int], list[tuple[int, ...]]]] = IdentityCache(1 << 14)  # a window's prompts
 
 
 @dataclass(frozen=True, slots=True)

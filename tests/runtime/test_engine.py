@@ -197,7 +197,7 @@ def test_token_range_remembers_a_tuple_by_identity_and_never_confuses_two():
     from runtime import engine
 
     first = tuple(range(5, 300))
-    assert engine.token_range(first) == (5, 299) and engine._RANGES[id(first)][0] is first
+    assert engine.token_range(first) == (5, 299) and engine._RANGES._entries[(id(first), None)][0] is first
     assert engine.token_range([9, 2, 7]) == (2, 9)  # a list: a pass each time, nothing kept
     other = tuple(range(1, 40))  # another tuple: its own entry, whatever ids the two have
     assert engine.token_range(other) == (1, 39) and engine.token_range(first) == (5, 299)

@@ -26,7 +26,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -106,28 +105,11 @@ def _end(pool: Any) -> None:
     """Terminate and join the pool. CPython's terminate refuses ("Cannot have cache with result_hander not
     alive") when its result thread ended first, as a worker killed mid-write ends it: then the workers are left
     to die with this process (PR_SET_PDEATHSIG), which is leaving on the stop that brought it here."""
-    _quiet_result_threads()
     try:
         pool.terminate()
     except AssertionError:
         return
     pool.join()
-
-
-def _quiet_result_threads() -> None:
-    """A worker killed mid-write leaves a torn result in the pipe, and the pool's result thread dies reading it
-    with a traceback on stderr: on the way out of a stopped map that says nothing, so it is not printed (any
-    other thread's exception still is)."""
-    previous = threading.excepthook
-    if getattr(previous, "pagetune_quiet", False):
-        return
-
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if args.thread is None or not args.thread.name.endswith("(_handle_results)"):
-            previous(args)
-
-    hook.pagetune_quiet = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
 
 
 def _done(i: int, result: T, on_result: Callable[[int, T], None]) -> T:
