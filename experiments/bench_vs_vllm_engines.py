@@ -56,11 +56,11 @@ class StepEvents:
         self.rows: list[tuple[torch.cuda.Event, torch.cuda.Event, str]] = []
         inner = runner.execute
 
-        def execute(out):
+        def execute(*args):  # (scheduler output[, the previous step's tokens under async scheduling])
             before = dict(runner.paths)
             start = torch.cuda.Event(enable_timing=True)
             start.record()
-            logits = inner(out)
+            logits = inner(*args)
             end = torch.cuda.Event(enable_timing=True)
             end.record()
             moved = [k for k, v in runner.paths.items() if v != before.get(k, 0)]

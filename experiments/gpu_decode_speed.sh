@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
-# Decode-speed work of issue 28 on the GPU, pagetune alone (no vLLM), one device call per mode. Carry .whlmini
-# (and .traces for `diagnose`). Output under $OUT.
-#   bash experiments/gpu_decode_speed.sh diagnose [LOW_SPLIT]  a decode step's host time (sync, then async
-#        scheduling: the GPU's idle share between steps in each), decode attention by
-#        split_kv_min_len, azure-code at the default threshold and at LOW_SPLIT (A/B in one call), no compile after
-#        the warm-up
-#   bash experiments/gpu_decode_speed.sh check   the kernel and runtime GPU tests (the real SmolLM2 model's needs
-#        its GGUF, too large to carry beside the rest), then the Llama-3-8B workloads of bench_vs_vllm at defaults
+# Decode-speed work of issue 28 on the GPU, pagetune alone (no vLLM). Modes chain in one device call
+# (`bash experiments/gpu_decode_speed.sh tests profile diagnose`). Carry .whlmini (and .traces for `diagnose`).
+# Output under $OUT.
+#   tests     the kernel and runtime GPU tests (the real SmolLM2 model's need its GGUF, too large to carry
+#             beside the rest): graphs against eager, no compile after the warm-up
+#   profile   kernel time per step (torch.profiler), Qwen2-7B shape, CUDA graphs on: a 2048-token prefill step,
+#             then decode steps of 1 and of 8 sequences (the azure-code workload's tail)
+#   diagnose  a decode step's host time, synchronous then async scheduling (the GPU's idle share between steps
+#             in each), then azure-code at the defaults and with async scheduling (A/B in one call)
+#   check     the Llama-3-8B workloads of bench_vs_vllm at the defaults
 set -uo pipefail
-mode=${1:?diagnose or check}; low=${2:-256}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whlmini/*.whl 2>&1 | tail -2
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 bench() { python3 -m experiments.bench_vs_vllm --engines pagetune --out "$OUT/bench" "$@" 2>&1 | grep -v -E "^\s*$|it/s\]" | tail -4; }
-if [ "$mode" = diagnose ]; then
-  python3 -m experiments.host_gap --model qwen2-7b --seqs 8 64 --steps 150 2>&1 | grep "^|" | tee "$OUT/host_gap.md"
-  python3 -m experiments.host_gap --model qwen2-7b --seqs 8 64 --steps 150 --async 2>&1 | grep "^|" \
-    | tee "$OUT/host_gap_async.md"
-  python3 -m experiments.bench_split_kv --model qwen2-7b 2>&1 | grep "^|" | tee "$OUT/split_qwen.md"
-  for split in "$low" 2048; do
-    bench --model qwen2-7b --workloads azure-code --trace .traces/azure_llm_2023_code.csv \
-      --knobs "{\"split_kv_min_len\": $split}" --tag "split$split"
-  done
-  python3 -m pytest -q tests/runtime/test_gpu_runtime.py -k "compiles" -p no:cacheprovider 2>&1 | tail -4
-else
-  python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py tests/runtime/test_gpu_runtime.py \
-    -k "not real_model" 2>&1 | tail -4 | tee "$OUT/gpu-tests.log"
-  bench --model llama-3-8b --workloads uniform,mixed
-fi
+for mode in "$@"; do
+  echo "== $mode $(date +%T)"
+  case "$mode" in
+    tests)
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py tests/runtime/test_gpu_runtime.py \
+        -k "not real_model" 2>&1 | tail -8 | tee "$OUT/gpu-tests.log" ;;
+    profile)
+      for seqs in 1 8; do
+        timeout 70 python3 -m experiments.profile_step --model qwen2-7b --graphs --seqs $seqs --prompt-len 4000 --budget 2048 \
+          --decode-steps 8 --top 12 2>&1 | grep "^|" | tee -a "$OUT/profile-step-qwen2-7b.md"
+      done ;;
+    diagnose)
+      bench --model qwen2-7b --workloads azure-code --trace .traces/azure_llm_2023_code.csv
+      bench --model qwen2-7b --workloads azure-code --trace .traces/azure_llm_2023_code.csv \
+        --knobs '{"async_scheduling": true}' --tag async
+      python3 -c "from experiments.bench_vs_vllm import table; from pathlib import Path; print(table(Path('$OUT/bench')))"
+      for flag in "" --async; do
+        timeout 80 python3 -m experiments.host_gap --model qwen2-7b --seqs 1 8 64 --steps 100 $flag 2>&1 | grep "^|" \
+          | tee -a "$OUT/host_gap.md"
+      done ;;
+    check)
+      bench --model llama-3-8b --workloads uniform,mixed ;;
+  esac
+done
+echo "== end $(date +%T)"

@@ -68,7 +68,7 @@ def latency_run(warmup: int):
 
 def _real_run(config: EngineConfig, model, requests, warmup: int) -> tuple[dict, int, list]:
     clock = ReplayClock()
-    engine = LLMEngine(config, clock=clock, model=model)
+    engine = LLMEngine(config.synchronous(), clock=clock, model=model)
     replay(engine, clock, tuple(replace(r, arrival_s=0.0) for r in requests[:warmup]))
     log = StepLog(engine)
     metrics = summarize(replay(engine, clock, requests), SloConfig(), 0.0)

@@ -136,7 +136,7 @@ def _real_search(config: EngineConfig, model, requests, plan: MeasurePlan,
     """The real search `plan` runs; `on_replay` gets each measured replay's scale, attainment and busy time,
     and the steps logged so far."""
     clock = ReplayClock()
-    engine = LLMEngine(config, clock=clock, model=model)
+    engine = LLMEngine(config.synchronous(), clock=clock, model=model)
     log = StepLog(engine)  # every step after the warm-up, to check a refit on steps it never saw
     replay_fn = engine_replay(engine, clock)
     replayer = WindowReplayer(replay_fn, requests, plan, quiet, lambda: 0.0)

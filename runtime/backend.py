@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from runtime.config import EngineConfig
 from runtime.kv.manager import KVCacheManager, TierSpec
+from runtime.limits import async_scheduling_on
 from runtime.sampling_params import SamplingParams
 from runtime.scheduler import SchedulerOutput
 
@@ -80,7 +81,8 @@ def model_backend(config: EngineConfig, model: LlamaForCausalLM | None = None) -
 
     def make_runner(kv: KVCacheManager) -> ModelRunner:
         return ModelRunner(p.model, kv, config.kernel, p.kv_dtype, p.memory.num_cpu_blocks, p.device,
-                           config.scheduler.max_num_seqs, non_blocking=config.scheduler.async_scheduling)
+                           config.scheduler.max_num_seqs,
+                           non_blocking=async_scheduling_on(config, p.device.type))
 
     return placed_backend(config, p, make_runner)
 

@@ -136,10 +136,12 @@ class SchedulerConfig:
     policy: str = "fcfs"  # fcfs | priority (lower priority value runs first)
     # vLLM's name: the host schedules and builds step N+1 while the device runs step N; decode inputs come from
     # step N's sampled tokens on the device, and stops are seen one step late (the extra token is dropped).
-    # Outputs equal the synchronous engine's. Off by default until its speed is measured on a GPU (no figure
-    # yet: `python -m experiments.host_gap --async`). Model engines on one device only; a simulated engine
-    # steps synchronously whatever this says (its step-time model is the synchronous runtime's).
-    async_scheduling: bool = False
+    # Outputs equal the synchronous engine's. None: on where it pays, an engine on one CUDA device (on an H200 a
+    # decode step 7-16% shorter, the GPU idle 0.5-1.5% of the time instead of 4-10%: experiments/RESULTS.md),
+    # off elsewhere (a CPU computes as it launches: there is nothing to hide). A simulated engine steps
+    # synchronously whatever this says (its step-time model is the synchronous runtime's), and so does an
+    # engine whose steps are logged for the simulator (`runtime.StepLog`: `EngineConfig.synchronous`).
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         _check(self.max_num_seqs >= 1, "scheduler.max_num_seqs", f"must be >= 1, got {self.max_num_seqs}")
@@ -171,8 +173,10 @@ class KernelConfig:
     cuda_graphs: bool | None = None
     # steps of up to this many tokens (any mix of prefill and decode, any tiers) replay piecewise graphs: the
     # model captured between attentions, which run eagerly (runtime/piecewise.py); 0: none. Decode-only steps
-    # of a one-tier engine replay full graphs instead. vLLM's name and default.
-    max_cudagraph_capture_size: int = 512
+    # of a one-tier engine replay full graphs instead. vLLM's name; its default is 512, where torch.compile's
+    # code runs the larger steps. Here 2048, the default token budget: every step of a default engine replays a
+    # graph (an eager step's launches can outlast its kernels: experiments/RESULTS.md).
+    max_cudagraph_capture_size: int = 2048
     # top-k rows: select the k in fp16, softmax in fp32 over them, batched
     sampler_half_topk: bool = field(default=False, metadata={NEUTRAL: False})
 
@@ -206,7 +210,8 @@ class EngineConfig:
                f"must be auto, cpu or cuda[:N], got {self.device!r}")
         _check(self.tensor_parallel_size >= 1, "tensor_parallel_size",
                f"must be >= 1, got {self.tensor_parallel_size}")
-        _check(not (self.scheduler.async_scheduling and self.tensor_parallel_size > 1), "scheduler.async_scheduling",
+        _check(not (self.scheduler.async_scheduling is True and self.tensor_parallel_size > 1),
+               "scheduler.async_scheduling",
                "is not supported with tensor_parallel_size > 1 (the other ranks take each step's tokens from the host)")
         _check(not (self.kernel.cuda_graphs and self.cache.block_tiers), "kernel.cuda_graphs",
                "decode graphs support one block-size tier: set it to null or false with cache.block_tiers")
@@ -256,6 +261,10 @@ class EngineConfig:
             section, name = path.split(".")
             sections.setdefault(section, {})[name] = neutral
         return replace(self, **{s: replace(getattr(self, s), **v) for s, v in sections.items()})
+
+    def synchronous(self) -> EngineConfig:
+        """This config stepped synchronously (async scheduling off): what `runtime.StepLog` times."""
+        return replace(self, scheduler=replace(self.scheduler, async_scheduling=False))
 
     def inert_fields(self, device_type: str) -> frozenset[str]:
         """Dotted fields that cannot change anything on a `device_type` ("cuda", "cpu") engine."""

@@ -28,6 +28,7 @@ from runtime.config import EngineConfig
 from runtime.identity_cache import IdentityCache
 from runtime.kv.integrity import check_integrity
 from runtime.kv.manager import KVCacheManager
+from runtime.limits import async_scheduling_on
 from runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprob
 from runtime.overlap import OverlapStepper
 from runtime.sampling_params import RequestOutputKind, SamplingParams
@@ -86,7 +87,8 @@ class LLMEngine:
         self.max_model_len = backend.max_model_len
         self.limits = RequestLimits(self.vocab_size, self.max_model_len)  # what every request must fit
         self.kv = KVCacheManager(backend.tiers, config.cache.enable_prefix_caching, config.cache.watermark)
-        overlap = config.scheduler.async_scheduling and backend.placement is not None  # a simulator steps in sync
+        # a simulator steps in sync
+        overlap = backend.placement is not None and async_scheduling_on(config, backend.placement.device.type)
         self.scheduler = Scheduler(
             self.kv, max_num_seqs=config.scheduler.max_num_seqs,
             max_num_batched_tokens=backend.max_num_batched_tokens,

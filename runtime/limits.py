@@ -80,6 +80,15 @@ def decode_graphs_on(kernel: KernelConfig, num_tiers: int, cuda_triton: bool) ->
     return kernel.cuda_graphs
 
 
+def async_scheduling_on(config: EngineConfig, device_type: str) -> bool:
+    """Whether an engine on a `device_type` device steps under async scheduling: `scheduler.async_scheduling`,
+    or for null on one CUDA device (vLLM's default where it is supported); never on several ranks."""
+    flag = config.scheduler.async_scheduling
+    if flag is None:
+        return device_type == "cuda" and config.tensor_parallel_size == 1
+    return flag
+
+
 def graph_bucket(sizes: list[int], scheduled: Sequence[ScheduledSeq]) -> int | None:
     """The captured batch size a decode step replays, padded up (None: the step runs eagerly): every
     sequence decodes one token and samples, and the step fits the largest capture."""

@@ -27,6 +27,7 @@ kernels' rounding depends on the batch, greedy ties may break differently, as be
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runtime.backend import PreviousTokens
@@ -52,7 +53,9 @@ class OverlapStepper:
     """`LLMEngine.step` under async scheduling; holds the step in flight."""
 
     def __init__(self, engine: LLMEngine) -> None:
-        self.engine = engine
+        # a proxy: the engine holds this stepper, and a strong reference back would keep a dropped engine (its KV
+        # pool, its graphs) alive until the garbage collector runs, past the next engine's memory plan
+        self.engine = weakref.proxy(engine)
         self.in_flight: _InFlight | None = None
 
     def step(self) -> list[RequestOutput]:

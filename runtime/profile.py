@@ -213,7 +213,7 @@ def _activation_fit(config: EngineConfig, model, cuda: bool) -> ActivationFit:
 def _host_fit(args: ProfileArgs, config: EngineConfig, model) -> HostModel:
     """A step's host time (scheduling, outputs) on a burst of requests through the real engine: staggered
     lengths, so the steps schedule from many sequences down to one."""
-    engine = LLMEngine(config, model=model)
+    engine = LLMEngine(config.synchronous(), model=model)
     log = StepLog(engine)
     count, prompt = (16, 64) if args.small else (min(256, config.scheduler.max_num_seqs), 256)
     vocab = engine.vocab_size

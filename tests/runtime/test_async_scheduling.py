@@ -4,6 +4,8 @@ every scheduling regime, with stops seen one step late and the extra token of a 
 from __future__ import annotations
 
 import dataclasses
+import gc
+import weakref
 
 import pytest
 
@@ -170,3 +172,19 @@ def test_smollm2_async_equals_sync_with_stop_strings(smollm2_llm):
 def test_the_step_log_refuses_an_async_engine(llama_dir):
     with pytest.raises(ValueError, match=r"scheduler\.async_scheduling must be false"):
         StepLog(make_llm(llama_dir, block_size=4, async_scheduling=True).engine)
+
+
+def test_a_dropped_async_engine_and_its_kv_pool_go_with_its_last_reference(llama_dir):
+    """The stepper refers back to its engine weakly, so no cycle holds a dropped engine's pool until the garbage
+    collector runs (on a GPU the next engine's memory plan then found the old pool still there: out of memory)."""
+    llm = make_llm(llama_dir, block_size=4, async_scheduling=True)
+    llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, temperature=0.0), use_tqdm=False)
+    engine, pool = weakref.ref(llm.engine), weakref.ref(llm.engine.runner.caches[0].k)
+    assert llm.engine.overlapped
+    gc.collect()
+    gc.disable()
+    try:
+        del llm
+        assert (engine(), pool()) == (None, None)
+    finally:
+        gc.enable()

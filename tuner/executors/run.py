@@ -58,7 +58,7 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
                                 setup_s=time.perf_counter() - start, model_reused=reused)
         reset_peak_memory(job.config)
         clock = ReplayClock()
-        engine = LLMEngine(job.config, clock=clock, model=model)
+        engine = LLMEngine(job.config.synchronous() if job.step_log else job.config, clock=clock, model=model)
         setup_s = time.perf_counter() - start
         log = StepLog(engine) if job.step_log else None
         measurement, stopped_at = measure_window(engine_replay(engine, clock), requests, job.plan, channel.progress,
