@@ -32,6 +32,11 @@ class Interrupted(Exception):
         self.signum = signum
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
+    def __reduce__(self) -> tuple[type[Interrupted], tuple[int]]:
+        """Rebuilt from its signal: raised in a forked worker (`executors.parallel`), it is pickled back to the
+        parent, where the default (the message as the only argument) would fail in the pool's result thread."""
+        return Interrupted, (self.signum,)
+
     @property
     def exit_code(self) -> int:
         return 128 + self.signum

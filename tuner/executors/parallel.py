@@ -11,12 +11,15 @@ one at a time.
                                                           on the way in); each result is pickled back
 
 Workers ignore SIGINT (the parent decides; SIGTERM lets the pool end them) and, on Linux, die with the
-parent. The pool is terminated only when the parent leaves the map by an exception (a stop, a failed task);
-after the last result it is closed and joined, so no worker is signalled on the way out. Opt-in:
-`PAGETUNE_PARALLEL_SIM=1` (a SIGTERM during the conclusion's side-by-side measurements can still print a traceback
-of the pool's result thread, tests/tuner/test_signals.py). Results come back in task order, whatever order they
-finish in. A process that has imported torch is never forked (its thread pools do not survive a fork: the child
-can hang): the tuner's parent never imports it, so there the measurements run side by side.
+parent. A stop is polled before the fork and after every result, so a signal that comes while results stream in
+stops the map within seconds and no pool is forked after it; a worker forked just as it came inherits the stop
+(its measurement raises `Interrupted`, which comes back whole and stops the map). A task's exception that could
+not be rebuilt in the parent comes back as a RuntimeError that names it: rebuilding it there would end the pool's
+result thread (its traceback printed). The pool is terminated only when the parent leaves the map by an exception
+(a stop, a failed task); after the last result it is closed and joined, so no worker is signalled on the way out.
+On by default; `PAGETUNE_PARALLEL_SIM=0` runs every measurement in this process. Results come back in task order,
+whatever order they finish in. A process that has imported torch is never forked (its thread pools do not survive
+a fork: the child can hang): the tuner's parent never imports it, so there the measurements run side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable
@@ -63,23 +67,23 @@ def probe_fan(poll: Callable[[], None]) -> Fan:
 
 def _can_fork() -> bool:
     """Fork is there, torch is not imported (its thread pools do not survive a fork), this is no pool worker
-    (a daemon process may not have children), and PAGETUNE_PARALLEL_SIM=1 asks for it (opt-in: a SIGTERM during
-    the conclusion's side-by-side measurements can still print the pool's result thread's traceback)."""
+    (a daemon process may not have children), and PAGETUNE_PARALLEL_SIM=0 does not turn it off."""
     return ("fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules
-            and not multiprocessing.current_process().daemon and os.environ.get("PAGETUNE_PARALLEL_SIM") == "1")
+            and not multiprocessing.current_process().daemon and os.environ.get("PAGETUNE_PARALLEL_SIM") != "0")
 
 
 def parallel_map(task: Callable[[int], T], count: int, workers: int,
                  on_result: Callable[[int, T], None] = lambda i, r: None,
                  poll: Callable[[], None] = lambda: None, here_first: bool = False) -> list[T]:
     """[task(0), ..., task(count - 1)], on `workers` forked processes (in this one when 1). In this process:
-    `on_result(i, result)` as each task finishes, and `poll()` every half second while waiting, which may
-    raise to stop (a signal): the pool is terminated on the way out. `here_first`: task 0 runs in this process
-    (which counts as one of the workers) while the pool runs the others."""
+    `on_result(i, result)` as each task finishes, and `poll()` before the fork, after each result and every half
+    second while waiting, which may raise to stop (a signal): the pool is terminated on the way out. `here_first`:
+    task 0 runs in this process (which counts as one of the workers) while the pool runs the others."""
     if workers <= 1 or count <= 1:
         return [_done(i, task(i), on_result) for i in range(count)]
     first = 1 if here_first else 0
     results: dict[int, T] = {}
+    poll()  # a stop asked already would be inherited by the workers: none is forked
     pool = multiprocessing.get_context("fork").Pool(min(workers - first, count - first), initializer=_start,
                                                     initargs=(task,))
     try:
@@ -87,29 +91,19 @@ def parallel_map(task: Callable[[int], T], count: int, workers: int,
         if here_first:
             results[0] = _done(0, task(0), on_result)
         while len(results) < count:
+            poll()  # every turn: results that keep coming within half a second must not hide a stop
             try:
                 i, result = pending.next(timeout=0.5)
             except multiprocessing.TimeoutError:
-                poll()
                 continue
             results[i] = _done(i, result, on_result)
     except BaseException:  # a stop (poll) or a failed task: the workers still busy are ended
-        _end(pool)
+        pool.terminate()
+        pool.join()
         raise
     pool.close()  # every task done: the workers leave on their own, none is signalled
     pool.join()
     return [results[i] for i in range(count)]
-
-
-def _end(pool: Any) -> None:
-    """Terminate and join the pool. CPython's terminate refuses ("Cannot have cache with result_hander not
-    alive") when its result thread ended first, as a worker killed mid-write ends it: then the workers are left
-    to die with this process (PR_SET_PDEATHSIG), which is leaving on the stop that brought it here."""
-    try:
-        pool.terminate()
-    except AssertionError:
-        return
-    pool.join()
 
 
 def _done(i: int, result: T, on_result: Callable[[int, T], None]) -> T:
@@ -128,5 +122,22 @@ def _start(task: Callable[[int], Any]) -> None:
 
 
 def _run(i: int) -> tuple[int, Any]:
+    """In a pool worker: task i, with its index. A failure goes back to the parent as an exception the parent can
+    rebuild (`_rebuildable`)."""
     assert _task is not None
-    return i, _task(i)
+    try:
+        return i, _task(i)
+    except Exception as e:
+        if _rebuildable(e):
+            raise
+        raise RuntimeError(f"{type(e).__name__}: {e}") from None
+
+
+def _rebuildable(e: Exception) -> bool:
+    """Whether `e` survives the pipe to the parent. One whose `__init__` does not take its `args` back fails to
+    unpickle there, in the pool's result thread: the thread dies (its traceback printed) and the map waits on."""
+    try:
+        pickle.loads(pickle.dumps(e))
+    except Exception:
+        return False
+    return True
