@@ -4,10 +4,10 @@
 # Output under $OUT.
 #   tests     the kernel and runtime GPU tests (the real SmolLM2 model's need its GGUF, too large to carry
 #             beside the rest): graphs against eager, no compile after the warm-up
-#   profile   kernel time per step (torch.profiler), Qwen2-7B shape, CUDA graphs on: a 2048-token prefill step,
-#             then decode steps of 1 and of 8 sequences (the azure-code workload's tail)
-#   diagnose  a decode step's host time, synchronous then async scheduling (the GPU's idle share between steps
-#             in each), then azure-code at the defaults and with async scheduling (A/B in one call)
+#   profile   kernel time per step (torch.profiler), Qwen2-7B shape, CUDA graphs on: a 2048-token prefill step
+#             (and the next one's GPU span beside its kernels), then decode steps of 1 and of 8 sequences
+#   diagnose  azure-code at the defaults and at the earlier ones (synchronous, piecewise graphs up to 512 tokens),
+#             then a decode step's host time, synchronous and async (the GPU's idle share between steps in each)
 #   check     the Llama-3-8B workloads of bench_vs_vllm at the defaults
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whlmini/*.whl 2>&1 | tail -2
@@ -18,7 +18,7 @@ for mode in "$@"; do
   case "$mode" in
     tests)
       timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py tests/runtime/test_gpu_runtime.py \
-        -k "not real_model" 2>&1 | tail -8 | tee "$OUT/gpu-tests.log" ;;
+        -k "not real_model" --tb=short 2>&1 | tee "$OUT/gpu-tests.log" | tail -8 ;;
     profile)
       for seqs in 1 8; do
         timeout 70 python3 -m experiments.profile_step --model qwen2-7b --graphs --seqs $seqs --prompt-len 4000 --budget 2048 \
@@ -27,7 +27,7 @@ for mode in "$@"; do
     diagnose)
       bench --model qwen2-7b --workloads azure-code --trace .traces/azure_llm_2023_code.csv
       bench --model qwen2-7b --workloads azure-code --trace .traces/azure_llm_2023_code.csv \
-        --knobs '{"async_scheduling": true}' --tag async
+        --knobs '{"async_scheduling": false, "max_cudagraph_capture_size": 512}' --tag sync-capture512
       python3 -c "from experiments.bench_vs_vllm import table; from pathlib import Path; print(table(Path('$OUT/bench')))"
       for flag in "" --async; do
         timeout 80 python3 -m experiments.host_gap --model qwen2-7b --seqs 1 8 64 --steps 100 $flag 2>&1 | grep "^|" \

@@ -1,7 +1,9 @@
 """GPU kernel time inside one engine step, by kernel (torch.profiler), for a prefill and a decode step.
 
 Admits `--seqs` prompts of `--prompt-len` random tokens (random bf16 weights of `--model`'s shape),
-profiles the first full prefill step, runs the prefill to the end, then profiles `--decode-steps`
+profiles the first full prefill step, times the next one unprofiled (its wall, and its forward's span on the
+GPU from CUDA events: beside the kernel sum, the GPU's idle time inside a step), runs the prefill to the end,
+then profiles `--decode-steps`
 pure decode steps. Eager by default (every kernel launch shows); `--graphs` profiles the engine as
 it serves (decode steps replay CUDA graphs). Prints, per step kind, the CUDA time per step of the top
 kernels and of each kind of kernel (GEMM, attention, norm, ...), next to the step's wall time, and the
@@ -22,9 +24,10 @@ from experiments.record import add_record_args, header, record
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
 
-KINDS = (  # kernel-name fragments -> kind, first match wins
+KINDS = (  # kernel-name fragments -> kind, first match wins (attention before copy: "_prefill" holds "fill")
     ("gemm", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas", "splitk")),
-    ("attention", ("paged_decode", "paged_prefill", "flash", "attention", "_reduce")),
+    ("attention", ("paged_decode", "paged_prefill", "_prefill_kernel", "_decode_kernel", "flash", "attention",
+                   "_reduce")),
     ("norm", ("rms_norm",)),
     ("rotary", ("rotary",)),
     ("activation", ("silu",)),
@@ -51,6 +54,28 @@ def profiled(engine, steps: int) -> tuple[float, list[tuple[str, float, int]]]:
     kernels = [(e.key, e.device_time_total / 1e3 / steps, e.count // steps) for e in prof.key_averages()
                if e.device_time_total > 0]
     return wall, sorted(kernels, key=lambda k: -k[1])
+
+
+def forward_span(engine) -> tuple[float, float]:
+    """One step unprofiled: its wall ms, and the GPU's ms from the forward's first launch to its end (CUDA events
+    around `runner.execute`): beside the kernel sum, the time the GPU sat idle inside the step."""
+    runner, inner = engine.runner, engine.runner.execute
+    events: list[torch.cuda.Event] = []
+
+    def execute(*args):
+        events.append(torch.cuda.Event(enable_timing=True))
+        events[-1].record()
+        out = inner(*args)
+        events.append(torch.cuda.Event(enable_timing=True))
+        events[-1].record()
+        return out
+
+    runner.execute = execute
+    try:
+        wall = timed(engine, 1)
+    finally:
+        runner.execute = inner
+    return wall, events[0].elapsed_time(events[1])
 
 
 def timed(engine, steps: int) -> float:
@@ -111,7 +136,9 @@ def main() -> None:
     mode = "graphs" if args.graphs else "eager"
     lines = ["| step | kernel | CUDA ms per step | share | calls per step |", "|---|---|---|---|---|"]
     wall, kernels = profiled(engine, 1)
-    lines += rows(f"prefill ({args.budget} tokens, {mode})", wall, kernels, args.top, floor)
+    plain, span = forward_span(engine)  # the next chunk (a longer context), unprofiled
+    lines += rows(f"prefill ({args.budget} tokens, {mode}; next chunk unprofiled: wall {plain:.3f} ms, forward on the "
+                  f"GPU {span:.3f} ms)", wall, kernels, args.top, floor)
     sched = engine.scheduler
     while sched.waiting or any(s.num_computed_tokens < s.num_prompt_tokens for s in sched.running):
         engine.step()
