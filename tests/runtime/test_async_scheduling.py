@@ -11,6 +11,7 @@ import pytest
 
 from runtime import LLMEngine, RequestOutputKind, SamplingParams, StepLog
 from runtime.config import ConfigError, EngineConfig
+from runtime.limits import async_scheduling_on
 from runtime.model.tokenizer import encode_prompt
 from runtime.sim import VirtualClock, sim_engine
 from tests.conftest import prompt_set
@@ -135,9 +136,22 @@ def test_logprobs_steps_sample_on_the_host_with_equal_results(llama_dir):
 
 def test_async_scheduling_is_an_engine_argument_refused_with_tensor_parallel():
     assert EngineConfig.from_flat("tiny", async_scheduling=True).scheduler.async_scheduling
-    assert not EngineConfig.from_flat("tiny").scheduler.async_scheduling
+    assert EngineConfig.from_flat("tiny").scheduler.async_scheduling is None  # the device decides
     with pytest.raises(ConfigError, match=r"scheduler\.async_scheduling: is not supported with tensor_parallel_size"):
         EngineConfig.from_flat("tiny", async_scheduling=True, tensor_parallel_size=2)
+
+
+def test_by_default_async_scheduling_is_on_for_one_cuda_device_only():
+    default, tp2 = EngineConfig.from_flat("tiny"), EngineConfig.from_flat("tiny", tensor_parallel_size=2)
+    forced_on, forced_off = (EngineConfig.from_flat("tiny", async_scheduling=flag) for flag in (True, False))
+    table = [(async_scheduling_on(c, device), async_scheduling_on(c.synchronous(), device))
+             for c in (default, tp2, forced_on, forced_off) for device in ("cuda", "cpu")]
+    assert table == [(True, False), (False, False), (False, False), (False, False),
+                     (True, False), (True, False), (False, False), (False, False)]
+
+
+def test_a_default_engine_on_a_cpu_steps_synchronously(llama_dir):
+    assert not make_llm(llama_dir, block_size=4).engine.overlapped
 
 
 def test_a_simulated_engine_steps_synchronously():

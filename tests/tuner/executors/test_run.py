@@ -44,3 +44,15 @@ def test_the_warm_up_is_discarded_and_leaves_nothing_behind():
     hits = [sorted((r["request_id"], r["cached_tokens"]) for r in o.measurement.latency_rows) for o in (cold, warm)]
     assert hits[0] == hits[1]
     assert warm.model_reused  # the second trial of the worker state reused the weights
+
+
+def test_a_trial_whose_steps_are_logged_runs_synchronously_whatever_its_config_says():
+    """sim+real re-measurements log their steps to refit the profile, which models the synchronous runtime: an
+    async config (on a GPU, the default) is stepped synchronously there instead of refused by the step log."""
+    requests = select(load_traffic(SAMPLE_TRAFFIC, vocab_size=2048, max_model_len=512).requests, max_requests=12,
+                      time_scale=0.05)
+    plan = MeasurePlan(ObjectiveName.goodput, SloConfig(), repeats=1)
+    config = EngineConfig.from_mapping(tiny_runtime(scheduler={"max_model_len": 512, "async_scheduling": True}))
+    outcome = run_trial(TrialJob(0, config, None, "w", plan, step_log=True), requests, WorkerState(), Quiet())
+    assert outcome.status is TrialStatus.ok, outcome.reason
+    assert len(outcome.steps) > 0
