@@ -1,9 +1,12 @@
 """Paged prefill (flash) attention vs torch SDPA's flash backend on contiguous inputs.
 
-    python -m experiments.bench_prefill [--sweep] [--record] [--results experiments/RESULTS.md]
+    python -m experiments.bench_prefill [--sweep] [--heads 28 4] [--record] [--results experiments/RESULTS.md]
 
-Fresh causal prompts (no cached prefix), 32 query / 8 kv heads, head_dim 128, bf16; the paged
-kernel reads K/V from a block-size-16 cache whose tables are a random permutation of the pool.
+Causal prompts, 32 query / 8 kv heads (`--heads`: Qwen2-7B's 28 / 4), head_dim 128, bf16; the paged
+kernel reads K/V from a block-size-16 cache whose tables are a random permutation of the pool. Fresh
+prompts first, then 2,048-token chunks after a cached prefix (chunked prefill of a long prompt: the
+paged kernel alone, SDPA has no such causal alignment). `--sweep` includes packed GQA launches
+(`pack_gqa`: a KV head's query heads in one program).
 Reports tokens/s and TFLOP/s (causal: 2 matmuls x 2 FLOP x L(L+1)/2 x D per head) of each and the
 ratio SDPA time / paged time (>= 1.0 means the paged kernel is as fast). The first row per shape is
 the launch `paged_prefill` picks; `--sweep` adds variants. Times are CUDA-graph replays (device time,
@@ -24,68 +27,80 @@ from kernels.paged_prefill import PrefillTuning, default_tuning, launch_paged_pr
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16
 SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (16, 512), (4, 2048)]  # (sequences, length)
-SWEEP = [PrefillTuning(m, n, w, s) for m, n, w, s in [
-    (64, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 4), (64, 32, 4, 3), (128, 128, 8, 2),
-    (64, 64, 8, 3), (128, 64, 4, 4),
+PREFIXED = [(1, 2048, 2048), (1, 2048, 4096), (1, 2048, 6144), (2, 1024, 3072)]  # (sequences, chunk, cached prefix)
+SWEEP = [PrefillTuning(m, n, w, s, p) for m, n, w, s, p in [
+    (64, 64, 4, 3, False), (128, 128, 8, 3, False), (128, 64, 8, 3, False), (64, 64, 4, 4, False),
+    (64, 32, 4, 3, False), (128, 128, 8, 2, False), (64, 64, 8, 3, False), (128, 64, 4, 4, False),
+    (64, 64, 4, 3, True), (128, 64, 8, 3, True), (128, 128, 8, 3, True), (64, 128, 4, 3, True),
 ]]  # fmt: skip
 
 
-def paged_inputs(seqs: int, length: int):
-    blocks = seqs * length // BLOCK_SIZE
-    k_cache = torch.randn(blocks, BLOCK_SIZE, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+def paged_inputs(seqs: int, length: int, prefix: int = 0, heads: tuple[int, int] = (Q_HEADS, KV_HEADS)):
+    """`seqs` chunks of `length` tokens, each after `prefix` cached positions."""
+    blocks = seqs * (prefix + length) // BLOCK_SIZE
+    k_cache = torch.randn(blocks, BLOCK_SIZE, heads[1], HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     v_cache = torch.randn_like(k_cache)
     tables = torch.randperm(blocks, device="cuda").view(seqs, -1).to(torch.int32)
     qsl = torch.arange(0, seqs * length + 1, length, device="cuda", dtype=torch.int32)
-    lens = torch.full((seqs,), length, device="cuda", dtype=torch.int32)
-    query = torch.randn(seqs * length, Q_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    lens = torch.full((seqs,), prefix + length, device="cuda", dtype=torch.int32)
+    query = torch.randn(seqs * length, heads[0], HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     return query, k_cache, v_cache, tables, qsl, lens
 
 
-def time_sdpa(seqs: int, length: int) -> float:
-    q = torch.randn(seqs, Q_HEADS, length, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(seqs, KV_HEADS, length, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+def time_sdpa(seqs: int, length: int, heads: tuple[int, int]) -> float:
+    q = torch.randn(seqs, heads[0], length, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(seqs, heads[1], length, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         try:
             return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), graph=True)
         except RuntimeError:  # why: a flash build without GQA support; expanded K/V cost it the same FLOPs
-            k, v = (t.repeat_interleave(Q_HEADS // KV_HEADS, dim=1) for t in (k, v))
+            k, v = (t.repeat_interleave(heads[0] // heads[1], dim=1) for t in (k, v))
             return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), graph=True)
+
+
+def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], sweep: bool) -> list[str]:
+    """The launch `paged_prefill` picks (and with `sweep` the variants) on one shape; SDPA beside fresh prompts."""
+    tokens = seqs * length
+    flops = seqs * heads[0] * 4 * HEAD_DIM * length * (prefix + (length + 1) / 2)
+    sdpa = time_sdpa(seqs, length, heads) if prefix == 0 else None
+    sdpa_cells = "- | - | - | - |" if sdpa is None else \
+        f"{sdpa:.3f} | {tokens / sdpa / 1e3:.2f} | {flops / sdpa / 1e9:.0f} |"
+    inputs = paged_inputs(seqs, length, prefix, heads)
+    chosen = default_tuning(tokens, seqs)
+    out = []
+    for tuning in [chosen, *(t for t in SWEEP if sweep and t != chosen)]:
+        run = lambda t=tuning: launch_paged_prefill(*inputs, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=t)
+        row = f"| {seqs} x {length} after {prefix} | {tuple(tuning)} |"
+        try:
+            ms = time_ms(run, graph=True)
+            row += f" {ms:.3f} | {tokens / ms / 1e3:.2f} | {flops / ms / 1e9:.0f} | {sdpa_cells}"
+            row += f" {sdpa / ms:.2f} |" if sdpa is not None else ""
+        except Exception as exc:  # why: one failing variant must not cost the rest of the device run
+            row += f" failed: {type(exc).__name__}: {str(exc)[:80]} |"
+        out.append(row)
+        print(row, flush=True)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also time launch variants")
+    parser.add_argument("--heads", type=int, nargs=2, default=[Q_HEADS, KV_HEADS], metavar=("QUERY", "KV"))
     add_record_args(parser)
     args = parser.parse_args()
+    heads = (args.heads[0], args.heads[1])
     lines = [
-        "| seqs x tokens | launch (block_m, block_n, warps, stages) | paged ms | paged Mtok/s | paged TFLOP/s "
-        "| SDPA flash ms | SDPA Mtok/s | SDPA TFLOP/s | SDPA/paged |",
+        "| seqs x tokens after cached | launch (block_m, block_n, warps, stages, pack_gqa) | paged ms | paged Mtok/s "
+        "| paged TFLOP/s | SDPA flash ms | SDPA Mtok/s | SDPA TFLOP/s | SDPA/paged |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for seqs, length in SHAPES:
-        tokens = seqs * length
-        flops = seqs * Q_HEADS * 4 * HEAD_DIM * length * (length + 1) / 2
-        sdpa = time_sdpa(seqs, length)
-        inputs = paged_inputs(seqs, length)
-        chosen = default_tuning(tokens, seqs)
-        for tuning in [chosen, *(t for t in SWEEP if args.sweep and t != chosen)]:
-            run = lambda t=tuning, inputs=inputs: launch_paged_prefill(
-                *inputs, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=t
-            )
-            row = f"| {seqs} x {length} | {tuple(tuning)} |"
-            try:
-                ms = time_ms(run, graph=True)
-                row += (
-                    f" {ms:.3f} | {tokens / ms / 1e3:.2f} | {flops / ms / 1e9:.0f} | {sdpa:.3f} | "
-                    f"{tokens / sdpa / 1e3:.2f} | {flops / sdpa / 1e9:.0f} | {sdpa / ms:.2f} |"
-                )
-            except Exception as exc:  # why: one failing variant must not cost the rest of the device run
-                row += f" failed: {type(exc).__name__}: {str(exc)[:80]} |"
-            lines.append(row)
-            print(row, flush=True)
-    table = header("Paged prefill attention vs SDPA flash on contiguous inputs (kernels, issue 3)")
-    table += "\n" + "\n".join(lines)
+        lines += shape_rows(seqs, length, 0, heads, args.sweep)
+    for seqs, length, prefix in PREFIXED:
+        lines += shape_rows(seqs, length, prefix, heads, args.sweep)
+    title = f"Paged prefill attention vs SDPA flash ({heads[0]} / {heads[1]} heads; kernels, issue 3)"
+    table = header(title) + "\n" + "\n".join(lines)
     print("\n" + table)
     if args.record:
         record(table + "\n", args.results)

@@ -8,6 +8,8 @@
 #             (and the next one's GPU span beside its kernels), then decode steps of 1 and of 8 sequences
 #   diagnose  azure-code at the defaults and at the earlier ones (synchronous, piecewise graphs up to 512 tokens),
 #             then a decode step's host time, synchronous and async (the GPU's idle share between steps in each)
+#   prefill   the prefill attention kernel's launches (packed GQA among them) on fresh prompts and on chunks after
+#             a cached prefix, Qwen2-7B's heads (28 / 4) then Llama-3-8B's (32 / 8)
 #   check     the Llama-3-8B workloads of bench_vs_vllm at the defaults
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whlmini/*.whl 2>&1 | tail -2
@@ -32,6 +34,11 @@ for mode in "$@"; do
       for flag in "" --async; do
         timeout 80 python3 -m experiments.host_gap --model qwen2-7b --seqs 1 8 64 --steps 100 $flag 2>&1 | grep "^|" \
           | tee -a "$OUT/host_gap.md"
+      done ;;
+    prefill)
+      for heads in "28 4" "32 8"; do
+        timeout 150 python3 -m experiments.bench_prefill --sweep --heads $heads 2>&1 | grep "^|" \
+          | tee -a "$OUT/bench-prefill.md"
       done ;;
     check)
       bench --model llama-3-8b --workloads uniform,mixed ;;

@@ -8,10 +8,14 @@ prefix-cache hit) is read like any other key:
     positions  0 ............ ctx-q_len-1 | ctx-q_len ........ ctx-1
                cached prefix (all visible)  this chunk (causal within)
 
-Program (t, h) handles one BLOCK_M tile of query rows of one sequence for query head h. Tiles are
-numbered without a device sync: sequence b owns tile numbers starting at qsl[b] // BLOCK_M + b
-(enough for its ceil(q_len / BLOCK_M) tiles; spare numbers exit at once), found by binary search.
-Key tiles before the tile's first query position need no causal mask (stage 0); the rest do (stage 1).
+Program (t, h) handles one tile of BLOCK_M query rows of one sequence. Unpacked (PACK 1), h is a query head and
+the rows are BLOCK_M tokens of it. Packed (`PrefillTuning.pack_gqa`, PACK the group size rounded up to a power of
+two), h is a KV head and the rows are BLOCK_M // PACK tokens x the PACK query heads that share it (row r: token
+r // PACK, head h * GROUP + r % PACK; rows past the group are padding, never stored), so each K/V tile is loaded
+once for the whole group instead of once per query head. Tiles are numbered without a device sync: sequence b
+owns tile numbers starting at qsl[b] // TOKENS + b (TOKENS = BLOCK_M // PACK tokens a tile; enough for its
+ceil(q_len / TOKENS) tiles; spare numbers exit at once), found by binary search. Key tiles before the tile's
+first query position need no causal mask (stage 0); the rest do (stage 1).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class PrefillTuning(NamedTuple):
     block_n: int  # key positions per tile
     num_warps: int
     num_stages: int
+    pack_gqa: bool = False  # a program's rows are the query heads of one KV head (see the module's docstring)
 
 
 # Measured on an H200 (experiments/RESULTS.md): small tiles win until chunks average LONG_CHUNK tokens.
@@ -56,34 +61,44 @@ def _prefill_kernel(
     stride_kb, stride_ko, stride_kh, stride_vb, stride_vo, stride_vh, stride_bt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_CLIP: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    COMPUTE_F16: tl.constexpr,
+    COMPUTE_F16: tl.constexpr, PACK: tl.constexpr,
 ):  # fmt: skip
+    TOKENS: tl.constexpr = BLOCK_M // PACK  # query tokens a tile holds
     # why reversed: the last tiles of a sequence see the most keys; starting them first evens the tail
     tile = tl.num_programs(0) - 1 - tl.program_id(0)
-    head = tl.program_id(1)
-    kv_head = head // GROUP
     lo = tl.zeros([], tl.int32)
     hi = lo + num_seqs - 1
-    while lo < hi:  # largest b with qsl[b] // BLOCK_M + b <= tile
+    while lo < hi:  # largest b with qsl[b] // TOKENS + b <= tile
         mid = (lo + hi + 1) // 2
-        goes_right = tl.load(qsl_ptr + mid) // BLOCK_M + mid <= tile
+        goes_right = tl.load(qsl_ptr + mid) // TOKENS + mid <= tile
         lo = tl.where(goes_right, mid, lo)
         hi = tl.where(goes_right, hi, mid - 1)
     seq = lo
     q_start = tl.load(qsl_ptr + seq)
     q_len = tl.load(qsl_ptr + seq + 1) - q_start
-    m0 = (tile - q_start // BLOCK_M - seq) * BLOCK_M
+    m0 = (tile - q_start // TOKENS - seq) * TOKENS  # the tile's first token in the chunk
     if m0 >= q_len:
         return
     first_pos = tl.load(ctx_ptr + seq) - q_len  # position of the chunk's first query
 
-    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_n = tl.arange(0, BLOCK_N)
     d_mask = offs_d < HEAD_DIM
-    md_mask = (offs_m < q_len)[:, None] & d_mask[None, :]
+    if PACK == 1:
+        kv_head = tl.program_id(1) // GROUP
+        offs_m = m0 + offs_r  # the rows' tokens
+        heads = tl.program_id(1) + 0 * offs_r
+        row_mask = offs_m < q_len
+    else:
+        kv_head = tl.program_id(1)
+        offs_m = m0 + offs_r // PACK
+        heads = kv_head * GROUP + offs_r % PACK
+        row_mask = (offs_m < q_len) & (offs_r % PACK < GROUP)
+    md_mask = row_mask[:, None] & d_mask[None, :]
     rows = q_start + offs_m
-    q = tl.load(q_ptr + rows[:, None] * stride_qt + head * stride_qh + offs_d[None, :], mask=md_mask, other=0.0)
+    q_rows = q_ptr + rows[:, None] * stride_qt + heads[:, None] * stride_qh
+    q = tl.load(q_rows + offs_d[None, :], mask=md_mask, other=0.0)
     if COMPUTE_F16:  # why: an fp8 cache converts to fp16 in one step, to bf16 only through fp32
         q = q.to(tl.float16)
     q_pos = first_pos + offs_m  # [BLOCK_M]
@@ -93,7 +108,7 @@ def _prefill_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     table = bt_ptr + seq * stride_bt
     unmasked_end = (first_pos + m0 + 1) // BLOCK_N * BLOCK_N  # every row sees keys below this
-    end = first_pos + tl.minimum(m0 + BLOCK_M, q_len)  # one past the last row's position
+    end = first_pos + tl.minimum(m0 + TOKENS, q_len)  # one past the last row's position
     for stage in tl.static_range(2):
         if stage == 0:
             n_lo = 0
@@ -120,7 +135,7 @@ def _prefill_kernel(
 
     out = acc / l_i[:, None]  # every row sees position 0, so l_i > 0
     tl.store(
-        out_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+        out_ptr + rows[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
         out.to(out_ptr.dtype.element_ty),
         mask=md_mask,
     )
@@ -155,15 +170,19 @@ def launch_paged_prefill(
     out = torch.empty_like(query)
     if num_tokens == 0 or batch == 0:
         return out
+    group = num_heads // geometry.num_kv_heads
+    pack = next_power_of_2(group) if tuning.pack_gqa else 1
+    if pack > tuning.block_m:
+        raise ValueError(f"paged_prefill: pack_gqa puts {pack} query heads in a tile of block_m {tuning.block_m}")
     kernel = kernel_for(_prefill_kernel, query.device)
-    kernel[(num_tokens // tuning.block_m + batch, num_heads)](
+    kernel[(num_tokens // (tuning.block_m // pack) + batch, geometry.num_kv_heads if pack > 1 else num_heads)](
         query, k_cache, v_cache, out, block_tables, query_start_loc, context_lens,
         scale * LOG2E, (qk_clip or 0.0) * LOG2E, batch,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
-        GROUP=num_heads // geometry.num_kv_heads, HEAD_DIM=head_dim, BLOCK_D=max(16, next_power_of_2(head_dim)),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_power_of_2(head_dim)),
         BLOCK_SIZE=geometry.block_size, BLOCK_M=tuning.block_m, BLOCK_N=tuning.block_n,
-        USE_CLIP=qk_clip is not None, **dot_options(query, k_cache),
+        USE_CLIP=qk_clip is not None, **dot_options(query, k_cache), PACK=pack,
         num_warps=tuning.num_warps, num_stages=tuning.num_stages,
     )  # fmt: skip
     return out

@@ -29,14 +29,25 @@ CASES = [  # (query dtype, cache dtype, block_size, group, chunk lens, context l
     (F16, FP8, 16, 4, [24, 9], [40, 30], 0.4),
 ]
 
+PACKED = SMALL._replace(pack_gqa=True)  # a tile: 16 rows = 4 tokens x 4 heads (groups of 3 and 4), or 2 x 8
+PACKED_CASES = [  # (query dtype, cache dtype, block_size, group, chunk lens, context lens, qk_clip)
+    (F32, F32, 4, 4, [5, 37, 16], [9, 50, 40], None),  # cached prefixes, a chunk not a multiple of the tile
+    (F32, F32, 16, 3, [1, 17, 3, 40], [1, 60, 3, 40], 0.5),  # a group padded to 4 rows (one never stored)
+    (F32, F32, 16, 7, [33, 1, 2, 16], [70, 7, 18, 16], None),  # Qwen2-7B's group: 8 rows a token
+    (F16, F16, 4, 4, [24, 9], [40, 9], None),
+    (F16, FP8, 16, 4, [24, 9], [40, 30], 0.4),
+]
 
-@pytest.mark.parametrize(("dtype", "cache_dtype", "block_size", "group", "q_lens", "lens", "clip"), CASES)
-def test_paged_prefill_matches_reference(dtype, cache_dtype, block_size, group, q_lens, lens, clip) -> None:
+
+@pytest.mark.parametrize(("tuning", "dtype", "cache_dtype", "block_size", "group", "q_lens", "lens", "clip"),
+                         [(SMALL, *case) for case in CASES] + [(PACKED, *case) for case in PACKED_CASES])
+def test_paged_prefill_matches_reference(tuning, dtype, cache_dtype, block_size, group, q_lens, lens, clip) -> None:
+    """One head a program, and (`PACKED`) every query head of a KV head in one program, padding rows unstored."""
     kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=2, head_dim=16, cache_dtype=cache_dtype)
     query = make_query(sum(q_lens), 2 * group, 16, dtype)
     qsl = query_start_loc(q_lens)
     out = launch_paged_prefill(
-        query, kv.k_cache, kv.v_cache, kv.block_tables, qsl, kv.context_lens, scale=0.25, qk_clip=clip, tuning=SMALL
+        query, kv.k_cache, kv.v_cache, kv.block_tables, qsl, kv.context_lens, scale=0.25, qk_clip=clip, tuning=tuning
     )
     ref = paged_prefill_reference(
         query, kv.k_cache, kv.v_cache, kv.block_tables, qsl, kv.context_lens, scale=0.25, qk_clip=clip
@@ -44,6 +55,14 @@ def test_paged_prefill_matches_reference(dtype, cache_dtype, block_size, group, 
     assert out.dtype == dtype and out.shape == query.shape
     assert not out.isnan().any()
     assert rel_error(out, ref) < TOLERANCE[dtype]
+
+
+def test_packed_gqa_needs_a_tile_of_at_least_the_group() -> None:
+    kv = make_paged_kv([8], block_size=4, num_kv_heads=1, head_dim=16, cache_dtype=F32)
+    query = make_query(8, 32, 16, F32)
+    with pytest.raises(ValueError, match="pack_gqa puts 32 query heads in a tile of block_m 16"):
+        launch_paged_prefill(query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc([8]), kv.context_lens,
+                             scale=0.25, qk_clip=None, tuning=PACKED)
 
 
 def test_paged_prefill_public_wrapper_with_default_tuning_and_head_dim_24() -> None:

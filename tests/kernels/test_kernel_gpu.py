@@ -9,6 +9,7 @@ from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_err
 from kernels import paged_decode, paged_decode_reference, paged_prefill, paged_prefill_reference, prefill_attention
 from kernels.kv_write import write_kv, write_kv_reference
 from kernels.paged_decode import DecodeTuning, launch_paged_decode
+from kernels.paged_prefill import PrefillTuning, launch_paged_prefill
 
 pytestmark = [
     pytest.mark.gpu,
@@ -92,6 +93,19 @@ def test_paged_prefill_bf16(block_size: int, group: int, clip: float | None, cac
     out = paged_prefill(*args, scale=128**-0.5, qk_clip=clip)
     assert not out.isnan().any()
     assert rel_error(out, paged_prefill_reference(*args, scale=128**-0.5, qk_clip=clip)) <= 1e-2
+
+
+@pytest.mark.parametrize("group", [4, 7])
+@pytest.mark.parametrize("tuning", [PrefillTuning(64, 64, 4, 3, True), PrefillTuning(128, 64, 8, 3, True)])
+def test_packed_gqa_prefill_bf16(group: int, tuning: PrefillTuning) -> None:
+    """The query heads of a KV head in one program (Llama-3-8B's group of 4, Qwen2-7B's of 7, padded to 8)."""
+    q_lens, lens = [1, 37, 300, 2048, 129], [1, 100, 1000, 6000, 700]
+    kv = make_paged_kv(lens, block_size=16, num_kv_heads=4, head_dim=128, cache_dtype=BF16, device="cuda")
+    query = make_query(sum(q_lens), 4 * group, 128, BF16, device="cuda")
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens, "cuda"), kv.context_lens)
+    out = launch_paged_prefill(*args, scale=128**-0.5, qk_clip=None, tuning=tuning)
+    assert not out.isnan().any()
+    assert rel_error(out, paged_prefill_reference(*args, scale=128**-0.5)) <= 1e-2
 
 
 @pytest.mark.parametrize("head_dim", [64, 96])
