@@ -24,10 +24,10 @@ a fork: the child can hang): the tuner's parent never imports it, so there the m
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 from collections.abc import Callable
@@ -135,9 +135,10 @@ def _run(i: int) -> tuple[int, Any]:
 
 def _rebuildable(e: Exception) -> bool:
     """Whether `e` survives the pipe to the parent. One whose `__init__` does not take its `args` back fails to
-    unpickle there, in the pool's result thread: the thread dies (its traceback printed) and the map waits on."""
+    unpickle there, in the pool's result thread: the thread dies (its traceback printed) and the map waits on. A
+    copy rebuilds it the same way (its `__reduce_ex__`: the class called with its args), without unpickling."""
     try:
-        pickle.loads(pickle.dumps(e))
+        copy.copy(e)
     except Exception:
         return False
     return True
