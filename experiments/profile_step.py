@@ -20,6 +20,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from experiments.host_gap import GpuIdle
 from experiments.record import add_record_args, header, record
 from runtime import LLM, SamplingParams
 from runtime.model.presets import preset_config
@@ -58,24 +59,15 @@ def profiled(engine, steps: int) -> tuple[float, list[tuple[str, float, int]]]:
 
 def forward_span(engine) -> tuple[float, float]:
     """One step unprofiled: its wall ms, and the GPU's ms from the forward's first launch to its end (CUDA events
-    around `runner.execute`): beside the kernel sum, the time the GPU sat idle inside the step."""
-    runner, inner = engine.runner, engine.runner.execute
-    events: list[torch.cuda.Event] = []
-
-    def execute(*args):
-        events.append(torch.cuda.Event(enable_timing=True))
-        events[-1].record()
-        out = inner(*args)
-        events.append(torch.cuda.Event(enable_timing=True))
-        events[-1].record()
-        return out
-
-    runner.execute = execute
+    around `runner.execute`, `host_gap.GpuIdle`): beside the kernel sum, the time the GPU sat idle inside the step."""
+    events = GpuIdle(engine.runner)
     try:
         wall = timed(engine, 1)
     finally:
-        runner.execute = inner
-    return wall, events[0].elapsed_time(events[1])
+        events.remove()
+    torch.cuda.synchronize()
+    start, end = events.events[0]
+    return wall, start.elapsed_time(end)
 
 
 def timed(engine, steps: int) -> float:

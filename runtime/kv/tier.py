@@ -100,13 +100,9 @@ class TierKV:
         table: list[int] = []
         hashes: list[int] = []
         parent: int | None = None
-        known, known_tokens = _prompt_blocks(seq, bs)
+        known = _prompt_blocks(seq, bs)
         for i in range((seq.num_prompt_tokens - 1) // bs):
-            if i < len(known):
-                parent, tokens = known[i], known_tokens[i]
-            else:
-                tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-                parent = chain_hash(parent, tokens)
+            parent, tokens = _full_block(seq, i, bs, parent, known)
             block_id = pool.find_cached(parent, tokens)
             if block_id is None:
                 break
@@ -143,16 +139,12 @@ class TierKV:
         full = seq.num_computed_tokens // bs
         if full <= len(hashes):  # the common decode step: no block filled up
             return
-        table, token_ids = self.tables[seq.seq_id], seq.token_ids
-        known, known_tokens = _prompt_blocks(seq, bs)  # the prompt's full blocks, hashed once per prompt
+        table = self.tables[seq.seq_id]
+        known = _prompt_blocks(seq, bs)
         parent = hashes[-1] if hashes else None
         blocks = []
         for i in range(len(hashes), full):
-            if i < len(known):
-                parent, tokens = known[i], known_tokens[i]
-            else:
-                tokens = tuple(token_ids[i * bs : (i + 1) * bs])
-                parent = chain_hash(parent, tokens)
+            parent, tokens = _full_block(seq, i, bs, parent, known)
             hashes.append(parent)
             blocks.append((table[i], parent, tokens))
         self.pool.register_many(blocks)
@@ -191,6 +183,17 @@ class TierKV:
         self.pool.register_many([(table[i], block_hash, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
                                  for i, block_hash in enumerate(self.hashes[seq.seq_id])])
         return copies
+
+
+def _full_block(seq: Sequence, i: int, block_size: int, parent: int | None,
+                known: tuple[list[int], list[tuple[int, ...]]]) -> tuple[int, tuple[int, ...]]:
+    """Full block i's (chained hash, tokens): the prompt's, hashed once (`known`), or hashed here from `parent`
+    (past the prompt, or a prompt given as a list)."""
+    hashes, tokens = known
+    if i < len(hashes):
+        return hashes[i], tokens[i]
+    block = tuple(seq.token_ids[i * block_size : (i + 1) * block_size])
+    return chain_hash(parent, block), block
 
 
 def _prompt_blocks(seq: Sequence, block_size: int) -> tuple[list[int], list[tuple[int, ...]]]:
