@@ -11,6 +11,8 @@
 #   prefill   the prefill attention kernel's launches (packed GQA among them) on fresh prompts and on chunks after
 #             a cached prefix, Qwen2-7B's heads (28 / 4) then Llama-3-8B's (32 / 8)
 #   check     the Llama-3-8B workloads of bench_vs_vllm at the defaults
+#   workload  azure-code's steps under torch.profiler (profile_workload): prefill and decode ranges, the GPU's
+#             idle gaps inside each step with what the host was doing, Chrome traces under $OUT/workload
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whlmini/*.whl 2>&1 | tail -2
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -42,6 +44,9 @@ for mode in "$@"; do
       done ;;
     check)
       bench --model llama-3-8b --workloads uniform,mixed ;;
+    workload)
+      timeout 240 python3 -m experiments.profile_workload --model qwen2-7b --trace .traces/azure_llm_2023_code.csv \
+        --steps 20:32,700:720 --out "$OUT/workload" 2>&1 | grep -v -E "^\s*$|it/s\]" | tail -12 ;;
   esac
 done
 echo "== end $(date +%T)"

@@ -71,6 +71,19 @@ def check_query(op: str, query: torch.Tensor, geometry: CacheGeometry, device: t
     return num_heads // geometry.num_kv_heads
 
 
+def output_for(op: str, query: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The tensor an attention writes: `out` (checked: the query's shape, dtype and device, a contiguous last
+    dimension; a view of a larger buffer is fine) or a new one."""
+    if out is None:
+        return torch.empty_like(query)
+    if out.shape != query.shape or out.dtype != query.dtype or out.device != query.device:
+        _fail(op, f"out must be {tuple(query.shape)} {query.dtype} on {query.device}, got {tuple(out.shape)} "
+                  f"{out.dtype} on {out.device}")
+    if out.numel() and out.stride(-1) != 1:
+        _fail(op, "out needs a contiguous last (head_dim) dimension")
+    return out
+
+
 def check_index(
     op: str, name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
 ) -> None:

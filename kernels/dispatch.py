@@ -30,9 +30,11 @@ def rms_norm(
     return (norm.rms_norm if use_triton else norm.rms_norm_reference)(x, weight, eps, residual)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, use_triton: bool) -> torch.Tensor:
-    """Rotary embedding of x [T, H, D] with cos/sin [T, D]; the Triton path writes into x and returns it."""
-    return (rotary.apply_rotary if use_triton else rotary.apply_rotary_reference)(x, cos, sin)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor | None = None, *,
+                 use_triton: bool) -> torch.Tensor:
+    """Rotary embedding of x [T, H, D] with cos/sin [T, D] (or tables [P, D] read at `positions`); the Triton
+    path writes into x and returns it."""
+    return (rotary.apply_rotary if use_triton else rotary.apply_rotary_reference)(x, cos, sin, positions)
 
 
 def silu_and_mul(x: torch.Tensor, *, use_triton: bool) -> torch.Tensor:
@@ -52,43 +54,44 @@ def write_kv(
 def decode_attention(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     context_lens: torch.Tensor, *, scale: float, qk_clip: float | None, split_kv_min_len: int, use_triton: bool,
-    max_context: int | None = None,
+    max_context: int | None = None, out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """One query token per sequence: query [B, Hq, D] -> [B, Hq, D]; `max_context` see `paged_decode`."""
+    """One query token per sequence: query [B, Hq, D] -> [B, Hq, D], into `out` when given (the Triton kernel
+    writes it directly); `max_context` see `paged_decode`."""
     if use_triton:
         return paged_decode(
-            query,
-            k_cache,
-            v_cache,
-            block_tables,
-            context_lens,
-            scale=scale,
-            qk_clip=qk_clip,
-            split_kv_min_len=split_kv_min_len,
-            max_context=max_context,
-        )
-    return paged_decode_reference(query, k_cache, v_cache, block_tables, context_lens, scale=scale, qk_clip=qk_clip)
+            query, k_cache, v_cache, block_tables, context_lens, scale=scale, qk_clip=qk_clip,
+            split_kv_min_len=split_kv_min_len, max_context=max_context, out=out,
+        )  # fmt: skip
+    return _into(out, paged_decode_reference(query, k_cache, v_cache, block_tables, context_lens, scale=scale,
+                                             qk_clip=qk_clip))
+
+
+def _into(out: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
+    """A reference's result, copied into `out` when the caller gave one."""
+    return result if out is None else out.copy_(result)
 
 
 def prefill_attention(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None,
-    flash_min_len: int, use_triton: bool, plan: PrefillPlan | None = None,
+    flash_min_len: int, use_triton: bool, plan: PrefillPlan | None = None, out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """Causal attention for B chunks: query [T, Hq, D] -> [T, Hq, D] (see `paged_prefill`). `plan`: which
-    chunk takes which path (`plan_prefill`, built once a step); without one it is built here, which reads
-    the lengths back from the device."""
+    """Causal attention for B chunks: query [T, Hq, D] -> [T, Hq, D] (see `paged_prefill`), into `out` when
+    given. `plan`: which chunk takes which path (`plan_prefill`, built once a step); without one it is built
+    here, which reads the lengths back from the device."""
     if not use_triton:
-        return paged_prefill_reference(
+        return _into(out, paged_prefill_reference(
             query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip
-        )
+        ))
     if plan is None:
         plan = plan_prefill(query_start_loc.tolist(), context_lens.tolist(), flash_min_len, query.device)
     if plan.all_flash:
         return paged_prefill(
-            query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip
+            query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip,
+            out=out,
         )
-    out = torch.empty_like(query)
+    out = torch.empty_like(query) if out is None else out
     if plan.flash is not None:
         f = plan.flash
         out[f.rows] = paged_prefill(

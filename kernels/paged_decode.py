@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._checks import check_cache_pair, check_clip, check_index, check_query
+from kernels._checks import check_cache_pair, check_clip, check_index, check_query, output_for
 from kernels._gather import gather_kv_padded, masked_softmax_attend
 from kernels._softmax_tile import attend_tile, dot_options
 from kernels._triton import kernel_for, next_power_of_2, tl
@@ -165,13 +165,13 @@ def _check_decode_args(query, k_cache, v_cache, block_tables, context_lens, scal
 def launch_paged_decode(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     context_lens: torch.Tensor, *, scale: float, qk_clip: float | None, split_kv_min_len: int,
-    tuning: DecodeTuning, max_context: int | None = None,
+    tuning: DecodeTuning, max_context: int | None = None, out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """`paged_decode` with explicit launch parameters (benchmarks sweep them)."""
     geometry = _check_decode_args(query, k_cache, v_cache, block_tables, context_lens, scale, qk_clip)
     batch, num_heads, head_dim = query.shape
     group = num_heads // geometry.num_kv_heads
-    out = torch.empty_like(query)
+    out = output_for("paged_decode", query, out)
     if batch == 0:
         return out
     # why this bound: the table's width caps every context, and reading it needs no device sync
@@ -212,12 +212,13 @@ def launch_paged_decode(
 def paged_decode(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     context_lens: torch.Tensor, *, scale: float, split_kv_min_len: int, qk_clip: float | None = None,
-    max_context: int | None = None,
+    max_context: int | None = None, out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Decode attention over the paged cache (Triton).
 
     query [B, Hq, D]; k_cache, v_cache [num_blocks, block_size, Hkv, D]; block_tables [B, max_blocks]
-    int32; context_lens [B] int32 (>= 1, the query's own K/V already written). Returns [B, Hq, D].
+    int32; context_lens [B] int32 (>= 1, the query's own K/V already written). Returns [B, Hq, D]: `out`
+    when given (written in place: a view of the step's attention output saves a copy), else a new tensor.
     `max_context`: the longest context the caller can ever pass (its max_model_len), which sizes the
     split-KV partitions; without it, the table's width. Two calls with the same batch size and bound
     split the same way, so they give the same values (an engine's eager steps and its CUDA graphs).
@@ -226,7 +227,7 @@ def paged_decode(
     return launch_paged_decode(
         query, k_cache, v_cache, block_tables, context_lens,
         scale=scale, qk_clip=qk_clip, split_kv_min_len=split_kv_min_len, tuning=DecodeTuning(),
-        max_context=max_context,
+        max_context=max_context, out=out,
     )  # fmt: skip
 
 

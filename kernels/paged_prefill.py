@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._checks import check_cache_pair, check_clip, check_index, check_query
+from kernels._checks import check_cache_pair, check_clip, check_index, check_query, output_for
 from kernels._gather import gather_kv, masked_softmax_attend
 from kernels._softmax_tile import attend_tile, dot_options
 from kernels._triton import kernel_for, next_power_of_2, tl
@@ -161,13 +161,13 @@ def _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, 
 def launch_paged_prefill(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None,
-    tuning: PrefillTuning,
+    tuning: PrefillTuning, out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """`paged_prefill` with explicit launch parameters (benchmarks sweep them)."""
     geometry = _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, qk_clip)
     num_tokens, num_heads, head_dim = query.shape
     batch = block_tables.shape[0]
-    out = torch.empty_like(query)
+    out = output_for("paged_prefill", query, out)
     if num_tokens == 0 or batch == 0:
         return out
     group = num_heads // geometry.num_kv_heads
@@ -191,12 +191,14 @@ def launch_paged_prefill(
 def paged_prefill(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Causal prefill attention over the paged cache (Triton).
 
     query [T, Hq, D] (the chunks of B sequences, concatenated); block_tables [B, max_blocks] int32;
     query_start_loc [B+1] int32 (chunk b is rows qsl[b]:qsl[b+1]); context_lens [B] int32 (total
-    positions of b including its chunk, whose K/V are already in the cache). Returns [T, Hq, D].
+    positions of b including its chunk, whose K/V are already in the cache). Returns [T, Hq, D]: `out` when
+    given (written in place), else a new tensor.
     Never synchronizes with the device.
     """
     tuning = default_tuning(query.shape[0], block_tables.shape[0])
@@ -210,6 +212,7 @@ def paged_prefill(
         scale=scale,
         qk_clip=qk_clip,
         tuning=tuning,
+        out=out,
     )
 
 

@@ -80,13 +80,14 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: in
         write_kv(k[tb.tokens], v[tb.tokens], k_cache, v_cache, tb.slot_mapping, use_triton=meta.use_triton)
         if tb.decode is not None:
             d = tb.decode
-            out[d.tokens] = decode_attention(
+            decode_attention(
                 q[d.tokens], k_cache, v_cache, d.block_tables, d.context_lens, scale=scale,
                 qk_clip=meta.qk_clip, split_kv_min_len=meta.split_kv_min_len, use_triton=meta.use_triton,
-                max_context=d.max_context)
+                max_context=d.max_context, out=out[d.tokens])
         if tb.prefill is not None:
             p = tb.prefill
-            out[p.tokens] = prefill_attention(
+            prefill_attention(
                 q[p.tokens], k_cache, v_cache, p.block_tables, p.query_start_loc, p.context_lens, scale=scale,
-                qk_clip=meta.qk_clip, flash_min_len=meta.flash_min_len, use_triton=meta.use_triton, plan=p.plan)
+                qk_clip=meta.qk_clip, flash_min_len=meta.flash_min_len, use_triton=meta.use_triton, plan=p.plan,
+                out=out[p.tokens])
     return out

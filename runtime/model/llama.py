@@ -16,7 +16,7 @@ from torch import nn
 from kernels import apply_rotary, rms_norm, silu_and_mul
 from kernels.norm import NormOutput
 from runtime.attention import AttentionMetadata, KVCache, paged_attention
-from runtime.model.rope import RotaryEmbedding
+from runtime.model.rope import Rope, RotaryEmbedding
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -56,20 +56,20 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, sum(self.split), bias=qkv_bias)
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=out_bias)
 
-    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], use_triton: bool) -> QKV:
-        """q, k (rotated) and v of x [T, H]: what the attention itself reads."""
-        t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)  # [T, Hq*D], [T, Hkv*D], [T, Hkv*D]
-        q = apply_rotary(q.view(t, self.num_heads, self.head_dim), *rope, use_triton=use_triton)
-        k = apply_rotary(k.view(t, self.num_kv_heads, self.head_dim), *rope, use_triton=use_triton)
-        return QKV(q, k, v.view(t, self.num_kv_heads, self.head_dim))
+    def project(self, x: torch.Tensor, rope: Rope, use_triton: bool) -> QKV:
+        """q, k (rotated, in one launch: the first Hq + Hkv heads of the fused projection) and v of x [T, H]:
+        what the attention itself reads."""
+        t, heads, d = x.shape[0], self.num_heads + self.num_kv_heads, self.head_dim
+        qkv = self.qkv_proj(x)  # [T, Hq*D | Hkv*D | Hkv*D]
+        qk = apply_rotary(qkv[:, : heads * d].view(t, heads, d), *rope, use_triton=use_triton)
+        return QKV(qk[:, : self.num_heads], qk[:, self.num_heads :], qkv[:, heads * d :].view(t, self.num_kv_heads, d))
 
     def attend(self, qkv: QKV, meta: AttentionMetadata, kv_caches: list[KVCache],
                out: torch.Tensor | None = None) -> torch.Tensor:
         """The paged attention of this layer (K/V written, then attended): [T, Hq, D], into `out` if given."""
         return paged_attention(*qkv, self.layer_idx, self.scale, meta, kv_caches, out=out)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
+    def forward(self, x: torch.Tensor, rope: Rope, meta: AttentionMetadata,
                 kv_caches: list[KVCache]) -> torch.Tensor:
         out = self.attend(self.project(x, rope, meta.use_triton), meta, kv_caches)  # [T, Hq, D]
         return self.o_proj(out.reshape(x.shape[0], -1))

@@ -69,3 +69,34 @@ def test_a_plan_built_once_gives_the_same_output_and_reads_nothing_back_from_the
 
 def _forbidden(*_args, **_kwargs):
     raise AssertionError("read back from the device inside a planned prefill_attention")
+
+
+@pytest.mark.parametrize("use_triton", [True, False])
+@pytest.mark.parametrize("flash_min_len", [1, 10])
+def test_attention_writes_into_a_given_view_the_values_it_returns(use_triton: bool, flash_min_len: int) -> None:
+    """`out=`: the kernels write the step's attention output in place (a view of a larger buffer, as the
+    runtime passes), the values of the call without it; the rest of the buffer is untouched."""
+    kv = make_paged_kv([30, 9], block_size=4, num_kv_heads=2, head_dim=16, cache_dtype=torch.float32)
+    query = make_query(2, 8, 16, torch.float32)
+    buffer = torch.full((5, 8, 16), 7.0)
+    decode_args = (query, *kv)
+    expected = decode_attention(*decode_args, scale=0.25, qk_clip=None, split_kv_min_len=8, use_triton=use_triton)
+    got = decode_attention(*decode_args, scale=0.25, qk_clip=None, split_kv_min_len=8, use_triton=use_triton,
+                           out=buffer[1:3])
+    assert got.data_ptr() == buffer[1:3].data_ptr() and torch.equal(buffer[1:3], expected)
+    assert (buffer[0] == 7).all() and (buffer[3:] == 7).all()
+    q_lens = [12, 3]
+    query = make_query(15, 8, 16, torch.float32, seed=3)
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens), kv.context_lens)
+    expected = prefill_attention(*args, scale=0.25, qk_clip=None, flash_min_len=flash_min_len, use_triton=use_triton)
+    buffer = torch.full((17, 8, 16), 7.0)
+    prefill_attention(*args, scale=0.25, qk_clip=None, flash_min_len=flash_min_len, use_triton=use_triton,
+                      out=buffer[2:])
+    assert torch.equal(buffer[2:], expected) and (buffer[:2] == 7).all()
+
+
+def test_attention_refuses_an_out_of_another_shape() -> None:
+    kv = make_paged_kv([30, 9], block_size=4, num_kv_heads=2, head_dim=16, cache_dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"paged_decode: out must be \(2, 8, 16\)"):
+        decode_attention(make_query(2, 8, 16, torch.float32), *kv, scale=0.25, qk_clip=None, split_kv_min_len=8,
+                         use_triton=True, out=torch.empty(3, 8, 16))

@@ -57,6 +57,30 @@ def test_rotary_in_place_on_strided_views_matches_reference(dtype: torch.dtype) 
     assert torch.equal(qkv[:, 96:], v_before)  # v is not touched
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rotary_reads_tables_at_positions_q_and_k_in_one_launch(dtype: torch.dtype) -> None:
+    qkv = _randn(6, (4 + 2 + 2) * 16, seed=7, dtype=dtype)
+    qk = qkv[:, :96].view(6, 6, 16)  # q (4 heads) and k (2) as one view
+    angles = _randn(50, 8, seed=8) * 3
+    cos, sin = torch.cat((angles, angles), -1).cos().to(dtype), torch.cat((angles, angles), -1).sin().to(dtype)
+    positions = torch.tensor([0, 49, 7, 7, 3, 20])
+    ref = apply_rotary_reference(qk, cos, sin, positions)
+    # the same rows gathered first: the table path is the row path at those rows
+    assert torch.equal(ref, apply_rotary_reference(qk, cos[positions], sin[positions]))
+    v_before = qkv[:, 96:].clone()
+    assert apply_rotary(qk, cos, sin, positions) is qk
+    tol = 1e-6 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(qk, ref, rtol=tol, atol=tol)
+    assert torch.equal(qkv[:, 96:], v_before)
+
+
+def test_rotary_rejects_positions_of_another_length() -> None:
+    x = _randn(3, 2, 8, seed=9)
+    table = _randn(10, 8, seed=10)
+    with pytest.raises(ValueError, match=r"positions must be int64 \[3\]"):
+        apply_rotary(x, table, table, torch.tensor([1, 2]))
+
+
 @pytest.mark.parametrize("inter", [40, 1100])  # 1100: two column programs, the second partly masked
 def test_silu_and_mul_matches_reference(inter: int) -> None:
     x = _randn(3, 2 * inter, seed=6) * 4

@@ -162,6 +162,21 @@ def test_rotary_bf16_on_fused_projection_views() -> None:
     assert not q.isnan().any() and not k.isnan().any()
 
 
+def test_rotary_bf16_tables_at_positions_q_and_k_in_one_launch() -> None:
+    from kernels.rotary import apply_rotary, apply_rotary_reference
+
+    qkv = make_query(3000, 48, 128, BF16, device="cuda", seed=13).view(3000, 48 * 128)
+    qk = qkv[:, :5120].view(3000, 40, 128)  # q (32 heads) | k (8), one view
+    angles = torch.rand(8192, 64, generator=torch.Generator().manual_seed(14)).cuda() * 1000
+    cos, sin = torch.cat((angles, angles), -1).cos().to(BF16), torch.cat((angles, angles), -1).sin().to(BF16)
+    positions = torch.randint(0, 8192, (3000,), generator=torch.Generator().manual_seed(15)).cuda()
+    ref = apply_rotary_reference(qk, cos, sin, positions)
+    v_before = qkv[:, 5120:].clone()
+    assert apply_rotary(qk, cos, sin, positions) is qk
+    assert rel_error(qk, ref) <= 1e-2 and not qk.isnan().any()
+    assert torch.equal(qkv[:, 5120:], v_before)
+
+
 def test_silu_and_mul_bf16() -> None:
     from kernels.activation import silu_and_mul, silu_and_mul_reference
 

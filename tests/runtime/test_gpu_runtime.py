@@ -91,6 +91,23 @@ def test_async_scheduling_gives_the_synchronous_tokens():
     assert outputs[1] == outputs[0]
 
 
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_async_scheduling_gives_the_synchronous_tokens_on_mixed_steps(cuda_graphs):
+    """A 256-token budget: prompts in chunks beside decodes, so decode rows of mixed steps take their tokens on
+    the device, eagerly and in piecewise graphs. Equal tokens, as above."""
+    params = SamplingParams(max_tokens=24, ignore_eos=True, temperature=0.0)
+    outputs = []
+    for overlapped in (False, True):
+        llm = LLM(model=MODEL, gpu_memory_utilization=0.3, max_model_len=1024, max_num_batched_tokens=256,
+                  cuda_graphs=cuda_graphs, async_scheduling=overlapped)
+        outputs.append([o.outputs[0].token_ids for o in llm.generate(_prompts(), params, use_tqdm=False)])
+        paths = dict(llm.engine.runner.paths)
+        del llm
+        torch.cuda.empty_cache()
+    print(f"\nmixed steps (graphs {cuda_graphs}): async vs sync token agreement {agreement(*outputs):.3f}; {paths}")
+    assert outputs[1] == outputs[0]
+
+
 def test_pool_is_sized_from_utilization_with_a_profiled_peak():
     llm = LLM(model=MODEL, gpu_memory_utilization=0.2, max_model_len=2048)
     plan = llm.engine.placement.memory
@@ -101,11 +118,14 @@ def test_pool_is_sized_from_utilization_with_a_profiled_peak():
           f"GiB, KV {plan.kv_bytes / 2**30:.2f} GiB = {plan.num_blocks} blocks")
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
 @pytest.mark.parametrize("tiers", [False, True])
-def test_piecewise_graphs_agree_with_eager(tiers):
+def test_piecewise_graphs_agree_with_eager(tiers, async_scheduling):
     """Mixed steps (a 256-token budget splits the prompts into chunks beside decodes) replay piecewise graphs;
-    with tiers, decode steps too. Greedy tokens against eager, as for the decode graphs above."""
-    knobs = dict(gpu_memory_utilization=0.3, max_model_len=1024, max_num_batched_tokens=256)
+    with tiers, decode steps too. Greedy tokens against eager, as for the decode graphs above, stepped
+    synchronously and with async scheduling."""
+    knobs = dict(gpu_memory_utilization=0.3, max_model_len=1024, max_num_batched_tokens=256,
+                 async_scheduling=async_scheduling)
     if tiers:
         knobs["block_tiers"] = [{"max_len": 256, "block_size": 8, "share": 0.5},
                                 {"max_len": 1024, "block_size": 32, "share": 0.5}]
@@ -115,7 +135,8 @@ def test_piecewise_graphs_agree_with_eager(tiers):
     graphs = _greedy(llm)
     paths = dict(llm.engine.runner.paths)
     rate = agreement(eager, graphs)
-    print(f"\ngreedy token agreement, piecewise graphs vs eager (tiers {tiers}): {rate:.3f}; steps by path {paths}")
+    print(f"\ngreedy token agreement, piecewise graphs vs eager (tiers {tiers}, async {async_scheduling}): {rate:.3f}; "
+          f"steps by path {paths}")
     assert paths.get("piecewise", 0) > 0
     assert rate >= 0.8
 

@@ -21,9 +21,12 @@ def _prompts() -> list[list[int]]:
 TIERS = [{"max_len": 64, "block_size": 8, "share": 0.5}, {"max_len": 160, "block_size": 16, "share": 0.5}]
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
 @pytest.mark.parametrize("tiers", [None, TIERS])
-def test_pieces_give_the_tokens_of_the_plain_forward(llama_dir, tiers):
-    knobs = dict(max_num_batched_tokens=48, max_model_len=160)  # chunks split across steps: mixed steps
+def test_pieces_give_the_tokens_of_the_plain_forward(llama_dir, tiers, async_scheduling):
+    # chunks split across steps: mixed steps; under async scheduling their decode rows take the previous step's
+    # tokens on the device
+    knobs = dict(max_num_batched_tokens=48, max_model_len=160, async_scheduling=async_scheduling)
     if tiers:
         knobs["block_tiers"] = tiers
     plain = make_llm(llama_dir, **knobs)
