@@ -11,6 +11,8 @@
 #   prefill   the prefill attention kernel's launches (packed GQA among them) on fresh prompts and on chunks after
 #             a cached prefix, Qwen2-7B's heads (28 / 4) then Llama-3-8B's (32 / 8)
 #   check     the Llama-3-8B workloads of bench_vs_vllm at the defaults
+#   agree     greedy tokens of a chunked mixed workload: eager and graphs, sync and async, piecewise capture 512 and
+#             2048, each against synchronous eager (graph_agreement: which path the failing piecewise test points at)
 #   workload  azure-code's steps under torch.profiler (profile_workload): prefill and decode ranges, the GPU's
 #             idle gaps inside each step with what the host was doing, Chrome traces under $OUT/workload
 set -uo pipefail
@@ -44,6 +46,8 @@ for mode in "$@"; do
       done ;;
     check)
       bench --model llama-3-8b --workloads uniform,mixed ;;
+    agree)
+      timeout 240 python3 -m experiments.graph_agreement 2>&1 | grep "^|" | tee "$OUT/graph-agreement.md" ;;
     workload)
       timeout 240 python3 -m experiments.profile_workload --model qwen2-7b --trace .traces/azure_llm_2023_code.csv \
         --steps 20:32,700:720 --out "$OUT/workload" 2>&1 | grep -v -E "^\s*$|it/s\]" | tail -12 ;;

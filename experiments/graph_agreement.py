@@ -5,8 +5,14 @@
 Prompts of 20-400 random tokens under a small token budget (`--budget`), so steps mix prefill chunks with
 decodes. Each variant (CUDA graphs off or on, synchronous or async scheduling, and with graphs each
 `--capture` size) generates the same requests; the table gives each one's token agreement with synchronous
-eager stepping (1.000: token for token) and its steps by path. A variant whose agreement falls alone points
-at its path.
+eager stepping (1.000: token for token), whether it ran the same steps (the scheduled token counts, step by
+step: a different KV pool or schedule changes the GEMMs' shapes, and random weights' near-flat logits flip on
+the last bit), its KV blocks and its steps by path. A variant whose agreement falls alone points at its path.
+
+A second table separates numerics from a wrong result: each synchronous graphs variant's next-token
+distributions against eager's at every position whose history both paths share (up to and including each
+request's first differing token), as KL(eager || graphs). bf16 rounding gives a KL near 1e-5; a wrong row
+(a stale input, another sequence's cache) gives one near the distribution's entropy.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import argparse
 
 import torch
 
-from runtime import LLM, SamplingParams
+from runtime import LLM, EngineConfig, LLMEngine, SamplingParams
 
 
 def prompts(n: int = 16) -> list[list[int]]:
@@ -29,14 +35,54 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> float:
     return sum(x == y for x, y in pairs) / max(1, len(pairs))
 
 
-def run(model: str, budget: int, **knobs) -> tuple[list[list[int]], dict[str, int]]:
+def run(model: str, budget: int, **knobs) -> tuple[list[list[int]], list[int], int, dict[str, int]]:
+    """Tokens, the scheduled token count of each step, the KV pool's blocks and the steps by path."""
     llm = LLM(model=model, gpu_memory_utilization=0.3, max_model_len=1024, max_num_batched_tokens=budget, **knobs)
+    steps: list[int] = []
+    scheduler = llm.engine.scheduler
+    schedule = scheduler.schedule
+
+    def logged(*args, **kwargs):
+        out = schedule(*args, **kwargs)
+        steps.append(out.num_batched_tokens)
+        return out
+
+    scheduler.schedule = logged
     params = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
     tokens = [o.outputs[0].token_ids for o in llm.generate(prompts(), params, use_tqdm=False)]
+    blocks = sum(t.num_blocks for t in llm.engine.kv.tiers)
     paths = dict(llm.engine.runner.paths)
     del llm
     torch.cuda.empty_cache()
-    return tokens, paths
+    return tokens, steps, blocks, paths
+
+
+def distributions(model: str, budget: int, **knobs) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Greedy tokens and each position's log-distribution [n_tokens, V] per request, stepped synchronously."""
+    config = EngineConfig.from_flat(model, gpu_memory_utilization=0.3, max_model_len=1024,
+                                    max_num_batched_tokens=budget, async_scheduling=False, **knobs)
+    engine = LLMEngine(config, record_logprobs=True)
+    params = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
+    for i, prompt in enumerate(prompts()):
+        engine.add_request(str(i), prompt, params)
+    while engine.has_unfinished_requests():
+        engine.step()
+    rows = [torch.stack(engine.logprobs[str(i)]).float().cpu() for i in range(len(prompts()))]
+    tokens = [r.argmax(-1).tolist() for r in rows]
+    del engine
+    torch.cuda.empty_cache()
+    return tokens, rows
+
+
+def shared_history_kl(ref: tuple, other: tuple) -> tuple[float, float, int]:
+    """Mean and max KL(ref || other) over the positions whose history both share, and their count."""
+    kls = []
+    for t_ref, t_other, r, o in zip(ref[0], other[0], ref[1], other[1]):
+        for pos in range(min(len(t_ref), len(t_other))):
+            kls.append(float((r[pos].exp() * (r[pos] - o[pos])).sum()))
+            if t_ref[pos] != t_other[pos]:
+                break
+    return sum(kls) / len(kls), max(kls), len(kls)
 
 
 def main() -> None:
@@ -52,12 +98,21 @@ def main() -> None:
             variants.append((f"graphs to {size}, {'async' if mode else 'sync'}",
                              dict(cuda_graphs=True, async_scheduling=mode, max_cudagraph_capture_size=size)))
     reference = None
-    print(f"| variant ({args.model}, budget {args.budget}) | agreement with eager, sync | steps by path |")
-    print("|---|---|---|")
+    print(f"| variant ({args.model}, budget {args.budget}) | agreement with eager, sync | same steps | KV blocks "
+          "| steps by path |")
+    print("|---|---|---|---|---|")
     for name, knobs in variants:
-        tokens, paths = run(args.model, args.budget, **knobs)
-        reference = reference or tokens
-        print(f"| {name} | {agreement(reference, tokens):.3f} | {paths} |", flush=True)
+        tokens, steps, blocks, paths = run(args.model, args.budget, **knobs)
+        reference = reference or (tokens, steps)
+        same = "yes" if steps == reference[1] else f"no ({len(steps)} steps against {len(reference[1])})"
+        print(f"| {name} | {agreement(reference[0], tokens):.3f} | {same} | {blocks} | {paths} |", flush=True)
+    eager = distributions(args.model, args.budget, cuda_graphs=False)
+    print(f"\n| synchronous ({args.model}, budget {args.budget}) | KL(eager \\|\\| graphs) mean | max | positions |")
+    print("|---|---|---|---|")
+    for size in args.capture:
+        mean, top, n = shared_history_kl(eager, distributions(args.model, args.budget, cuda_graphs=True,
+                                                               max_cudagraph_capture_size=size))
+        print(f"| graphs to {size} | {mean:.2e} | {top:.2e} | {n} |", flush=True)
 
 
 if __name__ == "__main__":
