@@ -23,7 +23,7 @@ for mode in "$@"; do
   echo "== $mode $(date +%T)"
   case "$mode" in
     tests)
-      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py tests/runtime/test_gpu_runtime.py \
+      timeout 230 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py tests/runtime/test_gpu_runtime.py \
         -k "not real_model" --tb=short 2>&1 | tee "$OUT/gpu-tests.log" | tail -8 ;;
     profile)
       for seqs in 1 8; do
@@ -47,7 +47,7 @@ for mode in "$@"; do
     check)
       bench --model llama-3-8b --workloads uniform,mixed ;;
     agree)
-      timeout 240 python3 -m experiments.graph_agreement 2>&1 | grep "^|" | tee "$OUT/graph-agreement.md" ;;
+      timeout 300 python3 -m experiments.graph_agreement 2>&1 | grep "^|" | tee "$OUT/graph-agreement.md" ;;
     workload)
       timeout 240 python3 -m experiments.profile_workload --model qwen2-7b --trace .traces/azure_llm_2023_code.csv \
         --steps 20:32,700:720 --out "$OUT/workload" 2>&1 | grep -v -E "^\s*$|it/s\]" | tail -12 ;;
