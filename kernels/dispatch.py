@@ -24,10 +24,13 @@ __all__ = ["apply_rotary", "decode_attention", "plan_prefill", "prefill_attentio
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, *, use_triton: bool
-) -> norm.NormOutput:
-    """(weight * normalised(x + residual), x + residual); without a residual, x is normalised."""
-    return (norm.rms_norm if use_triton else norm.rms_norm_reference)(x, weight, eps, residual)
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, *, use_triton: bool,
+    residual_out: torch.Tensor | None = None,
+) -> norm.NormOutput:  # fmt: skip
+    """(weight * normalised(x + residual), x + residual); without a residual, x is normalised. The second is
+    written into `residual_out` when given (it may be `residual`)."""
+    return (norm.rms_norm if use_triton else norm.rms_norm_reference)(x, weight, eps, residual,
+                                                                        residual_out=residual_out)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor | None = None, *,

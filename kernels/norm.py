@@ -3,7 +3,9 @@
     residual' = x + residual          (in the input dtype, as the unfused model rounds it)
     normed    = weight * (residual' * rsqrt(mean(residual'^2) + eps))   (fp32 inside, cast, then scaled)
 
-Without a residual, `x` itself is normalised and returned as the residual. The order of operations
+Without a residual, `x` itself is normalised and returned as the residual. `residual_out` receives residual'
+instead of a new tensor (it may be `residual` itself: each row is read before it is written), so a CUDA-graph
+piece keeps the stream in its static buffer without a copy. The order of operations
 is transformers' Llama RMSNorm: normalise in fp32, cast to the input dtype, multiply by the weight.
 """
 
@@ -45,7 +47,8 @@ def _rms_norm_kernel(
     tl.store(out_ptr + row * stride_o + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _check(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> None:
+def _check(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+           residual_out: torch.Tensor | None = None) -> None:
     if x.dim() != 2:
         raise ValueError(f"rms_norm: x must be [tokens, hidden], got {tuple(x.shape)}")
     if x.dtype not in NORM_DTYPES:
@@ -56,16 +59,25 @@ def _check(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None)
     if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device):
         raise ValueError(f"rms_norm: residual must match x ({tuple(x.shape)} {x.dtype} on {x.device}), got "
                          f"{tuple(residual.shape)} {residual.dtype} on {residual.device}")
-    for name, t in (("x", x), ("weight", weight), ("residual", residual)):
+    if residual_out is not None and (residual_out.shape != x.shape or residual_out.dtype != x.dtype
+                                     or residual_out.device != x.device):
+        raise ValueError(f"rms_norm: residual_out must match x ({tuple(x.shape)} {x.dtype} on {x.device}), got "
+                         f"{tuple(residual_out.shape)} {residual_out.dtype} on {residual_out.device}")
+    for name, t in (("x", x), ("weight", weight), ("residual", residual), ("residual_out", residual_out)):
         if t is not None and t.numel() and t.stride(-1) != 1:
             raise ValueError(f"rms_norm: {name} needs a contiguous last dimension")
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None) -> NormOutput:
-    """Triton: x, residual [T, H], weight [H] (all one dtype). New tensors out; inputs untouched."""
-    _check(x, weight, residual)
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, *,
+             residual_out: torch.Tensor | None = None) -> NormOutput:
+    """Triton: x, residual [T, H], weight [H] (all one dtype). New tensors out, the residual stream into
+    `residual_out` when given; x untouched."""
+    _check(x, weight, residual, residual_out)
     out = torch.empty_like(x)
-    res_out = torch.empty_like(x) if residual is not None else x
+    if residual is None:
+        res_out = x if residual_out is None else residual_out.copy_(x)
+    else:
+        res_out = torch.empty_like(x) if residual_out is None else residual_out
     if x.shape[0] == 0:
         return NormOutput(out, res_out)
     block = next_power_of_2(x.shape[1])
@@ -78,12 +90,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.
     return NormOutput(out, res_out)
 
 
-def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float,
-                       residual: torch.Tensor | None = None) -> NormOutput:
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None, *,
+                       residual_out: torch.Tensor | None = None) -> NormOutput:
     """Torch version of `rms_norm`, op for op the unfused model's math."""
-    _check(x, weight, residual)
+    _check(x, weight, residual, residual_out)
     if residual is not None:
         x = residual + x
     x32 = x.to(torch.float32)
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return NormOutput(weight * x32.to(x.dtype), x)
+    return NormOutput(weight * x32.to(x.dtype), x if residual_out is None else residual_out.copy_(x))

@@ -11,8 +11,10 @@ eagerly (vLLM's piecewise graphs, without torch.compile).
 A step of T tokens replays the pieces of the smallest captured bucket >= T after copying its ids and
 positions into static buffers. Rows T..bucket are padding: stale ids and positions of earlier steps (valid
 values), never written to the cache (they are in no tier), their attention rows zeroed, their hidden
-states never read. The pieces hand q/k/v, the residual stream and the attention's output to each other
-through static buffers shared by every layer and bucket, so a piece's graph keeps only its own
+states never read. The pieces hand the fused q | k | v projection, the residual stream and the attention's
+output to each other through static buffers shared by every layer and bucket, written in place (the qkv
+GEMM writes into its buffer, the rotary rotates there, each norm updates the residual where it lies, the
+attention writes its output there): no copy between pieces. A piece's graph keeps only its own
 intermediates, in one memory pool shared by all pieces (they never run concurrently).
 """
 
@@ -46,8 +48,8 @@ class PiecewiseGraphs:
 
         self.ids = torch.zeros(top, dtype=torch.int64, device=device)
         self.positions = torch.zeros(top, dtype=torch.int64, device=device)
-        self.q, self.attn_out = buf(top, attn.num_heads, attn.head_dim), buf(top, attn.num_heads, attn.head_dim)
-        self.k, self.v = buf(top, attn.num_kv_heads, attn.head_dim), buf(top, attn.num_kv_heads, attn.head_dim)
+        self.qkv = buf(top, sum(attn.split))  # [top, Hq*D | Hkv*D | Hkv*D]: views of it are what attention reads
+        self.attn_out = buf(top, attn.num_heads, attn.head_dim)
         self.residual, self.hidden = buf(top, hidden), buf(top, hidden)
         self.graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
         if capture:
@@ -62,20 +64,17 @@ class PiecewiseGraphs:
         """Piece i on the first t rows of the static buffers (see the module's diagram)."""
         triton = self.use_triton
         rope = self.model.rotary(self.positions[:t], self.hidden.dtype)
+        residual = self.residual[:t]
         if i == 0:
-            h, residual = self.model.model.embed_tokens(self.ids[:t]), None  # [t, H]
+            h, stream = self.model.model.embed_tokens(self.ids[:t]), None  # [t, H]; the norm copies it to residual
         else:
             prev = self.layers[i - 1]
             h = prev.self_attn.o_proj(self.attn_out[:t].reshape(t, -1))
-            h, residual = prev.after_attention(h, self.residual[:t], triton)
+            h, stream = prev.after_attention(h, residual, triton, residual_out=residual)
         if i == len(self.layers):
-            self.hidden[:t].copy_(self.model.model.norm(h, residual, triton).normed)
+            self.hidden[:t].copy_(self.model.model.norm(h, stream, triton).normed)
             return
-        qkv, residual = self.layers[i].before_attention(h, residual, rope, triton)
-        self.q[:t].copy_(qkv.q)
-        self.k[:t].copy_(qkv.k)
-        self.v[:t].copy_(qkv.v)
-        self.residual[:t].copy_(residual)
+        self.layers[i].before_attention(h, stream, rope, triton, qkv_out=self.qkv[:t], residual_out=residual)
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
@@ -110,9 +109,19 @@ class PiecewiseGraphs:
         graphs = self.graphs.get(t)
         for i, layer in enumerate(self.layers):
             self._replay(graphs, i, t)
-            layer.self_attn.attend(QKV(self.q[:t], self.k[:t], self.v[:t]), meta, caches, out=self.attn_out[:t])
+            layer.self_attn.attend(self._qkv(t), meta, caches, out=self.attn_out[:t])
         self._replay(graphs, len(self.layers), t)
         return self.hidden[:t]
+
+    def _qkv(self, t: int) -> QKV:
+        """q, k, v of the first t rows: views of the fused projection's static buffer, as `Attention.project`
+        returns them."""
+        attn = self.layers[0].self_attn
+        q_size, kv_size, _ = attn.split
+        d = attn.head_dim
+        rows = self.qkv[:t]
+        return QKV(rows[:, :q_size].view(t, -1, d), rows[:, q_size : q_size + kv_size].view(t, -1, d),
+                   rows[:, q_size + kv_size :].view(t, -1, d))
 
     def _replay(self, graphs: list[torch.cuda.CUDAGraph] | None, i: int, t: int) -> None:
         if graphs is None:  # not captured: the same piece, run eagerly

@@ -33,12 +33,24 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, use_triton: bool) -> NormOutput:
-        """Normalise x + residual (x alone without one); also returns that sum, the new residual.
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, use_triton: bool,
+                residual_out: torch.Tensor | None = None) -> NormOutput:
+        """Normalise x + residual (x alone without one); also returns that sum, the new residual (written into
+        `residual_out` when given: a CUDA-graph piece's static buffer, `residual` itself included).
 
         Same order of operations as transformers: add, normalise in fp32, cast, then scale.
         """
-        return rms_norm(x, self.weight, self.eps, residual, use_triton=use_triton)
+        return rms_norm(x, self.weight, self.eps, residual, use_triton=use_triton, residual_out=residual_out)
+
+
+def linear_into(layer: nn.Linear, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """`layer(x)` for x [T, in], written into `out` [T, out_features] when given: the GEMM `F.linear` runs
+    (addmm with a bias, mm without), so the values are the same."""
+    if out is None:
+        return layer(x)
+    if layer.bias is None:
+        return torch.mm(x, layer.weight.t(), out=out)
+    return torch.addmm(layer.bias, x, layer.weight.t(), out=out)
 
 
 class Attention(nn.Module):
@@ -56,12 +68,16 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(config.hidden_size, sum(self.split), bias=qkv_bias)
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=out_bias)
 
-    def project(self, x: torch.Tensor, rope: Rope, use_triton: bool) -> QKV:
+    def project(self, x: torch.Tensor, rope: Rope, use_triton: bool, out: torch.Tensor | None = None) -> QKV:
         """q, k (rotated, in one launch: the first Hq + Hkv heads of the fused projection) and v of x [T, H]:
-        what the attention itself reads."""
+        what the attention itself reads; views of `out` [T, (Hq + 2 Hkv) * D] when given (the Triton rotary
+        works in place)."""
         t, heads, d = x.shape[0], self.num_heads + self.num_kv_heads, self.head_dim
-        qkv = self.qkv_proj(x)  # [T, Hq*D | Hkv*D | Hkv*D]
-        qk = apply_rotary(qkv[:, : heads * d].view(t, heads, d), *rope, use_triton=use_triton)
+        qkv = linear_into(self.qkv_proj, x, out)  # [T, Hq*D | Hkv*D | Hkv*D]
+        rows = qkv[:, : heads * d].view(t, heads, d)
+        qk = apply_rotary(rows, *rope, use_triton=use_triton)
+        if out is not None and qk is not rows:  # the torch reference returns a new tensor: the caller reads `out`
+            qk = rows.copy_(qk)
         return QKV(qk[:, : self.num_heads], qk[:, self.num_heads :], qkv[:, heads * d :].view(t, self.num_kv_heads, d))
 
     def attend(self, qkv: QKV, meta: AttentionMetadata, kv_caches: list[KVCache],
@@ -106,16 +122,19 @@ class DecoderLayer(nn.Module):
         h = self.self_attn(x, rope, meta, kv_caches)
         return self.after_attention(h, residual, meta.use_triton)
 
-    def before_attention(self, h: torch.Tensor, residual: torch.Tensor | None, rope,
-                         use_triton: bool) -> tuple[QKV, torch.Tensor]:
-        """The layer up to its attention (a CUDA-graph piece): (q, k, v) and the residual stream."""
-        x, residual = self.input_layernorm(h, residual, use_triton)
-        return self.self_attn.project(x, rope, use_triton), residual
+    def before_attention(self, h: torch.Tensor, residual: torch.Tensor | None, rope, use_triton: bool, *,
+                         qkv_out: torch.Tensor | None = None,
+                         residual_out: torch.Tensor | None = None) -> tuple[QKV, torch.Tensor]:
+        """The layer up to its attention (a CUDA-graph piece): (q, k, v) and the residual stream, written into
+        `qkv_out` and `residual_out` when given (see `Attention.project`, `RMSNorm.forward`)."""
+        x, residual = self.input_layernorm(h, residual, use_triton, residual_out)
+        return self.self_attn.project(x, rope, use_triton, qkv_out), residual
 
-    def after_attention(self, h: torch.Tensor, residual: torch.Tensor,
-                        use_triton: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer after its attention's output projection: the MLP's output and the residual before it."""
-        x, residual = self.post_attention_layernorm(h, residual, use_triton)
+    def after_attention(self, h: torch.Tensor, residual: torch.Tensor, use_triton: bool,
+                        residual_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer after its attention's output projection: the MLP's output and the residual before it
+        (written into `residual_out` when given)."""
+        x, residual = self.post_attention_layernorm(h, residual, use_triton, residual_out)
         return self.mlp(x, use_triton), residual
 
 

@@ -37,6 +37,26 @@ def test_rms_norm_matches_reference(dtype: torch.dtype, with_residual: bool) -> 
     assert torch.equal(x, before)  # inputs untouched
 
 
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rms_norm_writes_the_residual_stream_into_residual_out_in_place(with_residual: bool) -> None:
+    """A CUDA-graph piece's static buffer: residual_out may be the residual itself (each row read, then written)."""
+    x, weight = _randn(5, 48, seed=1), _randn(48, seed=2)
+    residual = _randn(5, 48, seed=3)
+    expected = rms_norm_reference(x, weight, 1e-5, residual if with_residual else None)
+    buffer = residual.clone() if with_residual else torch.zeros(5, 48)
+    out, res = rms_norm(x, weight, 1e-5, buffer if with_residual else None, residual_out=buffer)
+    assert res is buffer and torch.equal(buffer, expected.residual)
+    torch.testing.assert_close(out, expected.normed, rtol=1e-6, atol=1e-6)
+    ref_buffer = residual.clone() if with_residual else torch.zeros(5, 48)
+    _, ref_res = rms_norm_reference(x, weight, 1e-5, ref_buffer if with_residual else None, residual_out=ref_buffer)
+    assert ref_res is ref_buffer and torch.equal(ref_buffer, expected.residual)
+
+
+def test_rms_norm_rejects_a_residual_out_of_another_shape() -> None:
+    with pytest.raises(ValueError, match="rms_norm: residual_out must match x \\(\\(2, 8\\)"):
+        rms_norm(_randn(2, 8, seed=1), _randn(8, seed=2), 1e-6, residual_out=torch.zeros(3, 8))
+
+
 def test_rms_norm_rejects_mismatched_weight() -> None:
     with pytest.raises(ValueError, match="rms_norm: weight must be \\[8\\]"):
         rms_norm(_randn(2, 8, seed=1), _randn(9, seed=2), 1e-6)
@@ -98,3 +118,26 @@ def test_tiny_model_triton_path_matches_torch_path() -> None:
         return [r.outputs[0].token_ids for r in llm.generate(prompts, params, use_tqdm=False)]
 
     assert greedy("triton") == greedy("torch")
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny-qwen2"])
+def test_pieces_on_the_triton_path_give_the_tokens_of_the_plain_forward(model: str) -> None:
+    """Piecewise graphs' pieces (uncaptured) on the interpreted Triton kernels: the qkv GEMM (with Qwen2's bias)
+    into the static buffer, the rotary and both norms in place there, chunked prompts beside decodes."""
+    from runtime import LLM, SamplingParams
+    from runtime.piecewise import PiecewiseGraphs
+
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [9, 8, 7], list(range(20, 60))]
+    params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    knobs = dict(attention_backend="triton", dtype="float32", block_size=4, flash_min_len=8, max_num_batched_tokens=16)
+
+    def greedy(pieces: bool) -> list[list[int]]:
+        llm = LLM(model=model, **knobs)
+        runner = llm.engine.runner
+        if pieces:
+            runner.piecewise = PiecewiseGraphs(runner.model, 16, torch.device("cpu"), use_triton=True, capture=False)
+        tokens = [r.outputs[0].token_ids for r in llm.generate(prompts, params, use_tqdm=False)]
+        assert (runner.paths["piecewise"] > 0) == pieces
+        return tokens
+
+    assert greedy(True) == greedy(False)
