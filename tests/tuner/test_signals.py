@@ -78,14 +78,17 @@ def _concluding(study: optuna.Study) -> bool:
 
 @pytest.mark.slow
 def test_sigterm_in_the_search_stops_within_seconds_and_a_rerun_resumes(tmp_path):
-    _, stderr, stopped_s = _interrupt(tmp_path, _running)
+    # a finer bisection makes a trial several seconds long: the signal reaches it while it runs, also on a loaded
+    # machine (a trial of about a second could end between the poll that saw it running and the signal)
+    args = [*_args(tmp_path), "tuner.capacity_tol=0.005"]
+    _, stderr, stopped_s = _interrupt(tmp_path, _running, args)
     assert stopped_s < 5, f"stopped {stopped_s:.1f} s after SIGTERM"
     assert "SIGTERM: stopping now; what was measured is kept" in stderr
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("interrupted (SIGTERM): ") and "re-enqueued; resume with the same command" in last
     trials = study_trials(tmp_path, "s")
     assert [t.state for t in trials].count(TrialState.WAITING) == 1  # the interrupted trial, queued again
-    rerun = run_tuner(_args(tmp_path), cwd=tmp_path, timeout=300)
+    rerun = run_tuner(args, cwd=tmp_path, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     done = [t for t in study_trials(tmp_path, "s") if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert len(done) == 4 and (tmp_path / "out-s" / "best.yaml").is_file()
