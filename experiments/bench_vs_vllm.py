@@ -5,7 +5,8 @@ Per engine and model: engine start (construction to ready, warm-up and graph cap
 workload
     first   the workload's requests, all submitted at once, on the fresh engine
     warm    the same lengths with other token ids (a prefix cache cannot hit), best of two runs
-    open    an open-loop replay at a fixed arrival rate (Poisson, seeded): TTFT and TPOT p50 / p99
+    open    open-loop replays at a fixed arrival rate (Poisson, seeded; `--open-repeats`, other arrivals and
+            token ids each): TTFT and TPOT p50 / p99 over all their requests, and each replay's own
 Output tokens/s is the figure; every request generates exactly its output length (greedy, EOS ignored).
 For pagetune it also reports graph coverage (the share of steps, and of their GPU time, that replayed a
 graph: full decode graphs or piecewise ones) and the GPU's idle share between steps (CUDA events around
@@ -93,6 +94,8 @@ def main() -> None:
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--knobs", default="{}", help="pagetune engine knobs as JSON (e.g. '{\"cuda_graphs\": false}')")
     ap.add_argument("--tag", default="", help="a suffix for this run's result file (variants of one engine)")
+    ap.add_argument("--open-repeats", type=int, default=1,
+                    help="open-loop replays per workload (other arrivals and token ids each); p50/p99 pooled")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child:
@@ -111,7 +114,7 @@ def main() -> None:
 
 def table(out: Path) -> str:
     rows = ["| engine | model | workload | start s | first tok/s | warm tok/s | first/warm | open rate req/s | "
-            "TTFT p50/p99 s | TPOT p50/p99 ms | graph steps | graph GPU time | GPU idle |",
+            "TTFT p50/p99 (p99 per replay) s | TPOT p50/p99 ms | graph steps | graph GPU time | GPU idle |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for path in sorted(out.glob("*.json")):
         r = json.loads(path.read_text())
@@ -120,11 +123,19 @@ def table(out: Path) -> str:
             rows.append(
                 f"| {r['engine']} | {r['model']} | {w['name']} | {r['start_s']:.0f} | {w['first_tok_s']:,.0f} | "
                 f"{w['warm_tok_s']:,.0f} | {w['first_tok_s'] / w['warm_tok_s']:.2f} | {o.get('rate', 0):g} | "
-                f"{o.get('ttft_p50_s', float('nan')):.3f} / {o.get('ttft_p99_s', float('nan')):.3f} | "
-                f"{1e3 * o.get('tpot_p50_s', float('nan')):.1f} / {1e3 * o.get('tpot_p99_s', float('nan')):.1f} | "
+                f"{o.get('ttft_p50_s', float('nan')):.3f} / {o.get('ttft_p99_s', float('nan')):.3f}"
+                f"{_spread(o, 'ttft_p99_s', 1, '.3f')} | "
+                f"{1e3 * o.get('tpot_p50_s', float('nan')):.1f} / {1e3 * o.get('tpot_p99_s', float('nan')):.1f}"
+                f"{_spread(o, 'tpot_p99_s', 1e3, '.1f')} | "
                 f"{g.get('step_share', float('nan')):.0%} | {g.get('time_share', float('nan')):.0%} | "
                 f"{g.get('idle_share', float('nan')):.1%} |")
     return "\n".join(rows)
+
+
+def _spread(o: dict, key: str, scale: float, fmt: str) -> str:
+    """The range of `key` over the open-loop replays, where there were several."""
+    values = [scale * r[key] for r in o.get("replays", [])]
+    return f" ({min(values):{fmt}}-{max(values):{fmt}})" if len(values) > 1 else ""
 
 
 if __name__ == "__main__":

