@@ -18,6 +18,7 @@ request's first differing token), as KL(eager || graphs). bf16 rounding gives a 
 from __future__ import annotations
 
 import argparse
+from typing import NamedTuple
 
 import torch
 
@@ -57,32 +58,45 @@ def run(model: str, budget: int, **knobs) -> tuple[list[list[int]], list[int], i
     return tokens, steps, blocks, paths
 
 
-def distributions(model: str, budget: int, **knobs) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """Greedy tokens and each position's log-distribution [n_tokens, V] per request, stepped synchronously."""
+class Distributions(NamedTuple):
+    tokens: list[list[int]]  # greedy tokens per request
+    rows: list[torch.Tensor]  # per request, each generated position's log-distribution [n_tokens, V]
+    paths: dict[str, int]  # steps by path
+
+
+def distributions(model: str, budget: int, **knobs) -> Distributions:
+    """The requests' greedy tokens and next-token log-distributions under `knobs` (an EngineConfig's flat keys)."""
     config = EngineConfig.from_flat(model, gpu_memory_utilization=0.3, max_model_len=1024,
-                                    max_num_batched_tokens=budget, async_scheduling=False, **knobs)
+                                    max_num_batched_tokens=budget, **knobs)
     engine = LLMEngine(config, record_logprobs=True)
     params = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
-    for i, prompt in enumerate(prompts()):
+    requests = prompts()
+    for i, prompt in enumerate(requests):
         engine.add_request(str(i), prompt, params)
     while engine.has_unfinished_requests():
         engine.step()
-    rows = [torch.stack(engine.logprobs[str(i)]).float().cpu() for i in range(len(prompts()))]
-    tokens = [r.argmax(-1).tolist() for r in rows]
+    rows = [torch.stack(engine.logprobs[str(i)]).float().cpu() for i in range(len(requests))]
+    paths = dict(engine.runner.paths)
     del engine
     torch.cuda.empty_cache()
-    return tokens, rows
+    return Distributions([r.argmax(-1).tolist() for r in rows], rows, paths)
 
 
-def shared_history_kl(ref: tuple, other: tuple) -> tuple[float, float, int]:
-    """Mean and max KL(ref || other) over the positions whose history both share, and their count."""
+def kl(p: torch.Tensor, q: torch.Tensor) -> float:
+    """KL(p || q) of two log-distributions [V]."""
+    return float((p.exp() * (p - q)).sum())
+
+
+def shared_history_kls(ref: Distributions, other: Distributions) -> list[float]:
+    """KL(ref || other) at every position whose history both share (up to and including each request's first
+    differing token)."""
     kls = []
-    for t_ref, t_other, r, o in zip(ref[0], other[0], ref[1], other[1]):
+    for t_ref, t_other, r, o in zip(ref.tokens, other.tokens, ref.rows, other.rows):
         for pos in range(min(len(t_ref), len(t_other))):
-            kls.append(float((r[pos].exp() * (r[pos] - o[pos])).sum()))
+            kls.append(kl(r[pos], o[pos]))
             if t_ref[pos] != t_other[pos]:
                 break
-    return sum(kls) / len(kls), max(kls), len(kls)
+    return kls
 
 
 def main() -> None:
@@ -106,13 +120,13 @@ def main() -> None:
         reference = reference or (tokens, steps)
         same = "yes" if steps == reference[1] else f"no ({len(steps)} steps against {len(reference[1])})"
         print(f"| {name} | {agreement(reference[0], tokens):.3f} | {same} | {blocks} | {paths} |", flush=True)
-    eager = distributions(args.model, args.budget, cuda_graphs=False)
+    eager = distributions(args.model, args.budget, cuda_graphs=False, async_scheduling=False)
     print(f"\n| synchronous ({args.model}, budget {args.budget}) | KL(eager \\|\\| graphs) mean | max | positions |")
     print("|---|---|---|---|")
     for size in args.capture:
-        mean, top, n = shared_history_kl(eager, distributions(args.model, args.budget, cuda_graphs=True,
-                                                               max_cudagraph_capture_size=size))
-        print(f"| graphs to {size} | {mean:.2e} | {top:.2e} | {n} |", flush=True)
+        kls = shared_history_kls(eager, distributions(args.model, args.budget, cuda_graphs=True, async_scheduling=False,
+                                                      max_cudagraph_capture_size=size))
+        print(f"| graphs to {size} | {sum(kls) / len(kls):.2e} | {max(kls):.2e} | {len(kls)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from experiments.graph_agreement import distributions, kl, shared_history_kls
 from runtime import LLM, EngineConfig, LLMEngine, SamplingParams
 
 pytestmark = pytest.mark.gpu
@@ -118,36 +119,6 @@ def test_pool_is_sized_from_utilization_with_a_profiled_peak():
           f"GiB, KV {plan.kv_bytes / 2**30:.2f} GiB = {plan.num_blocks} blocks")
 
 
-def _distributions(**knobs) -> tuple[list[list[int]], list[torch.Tensor], dict[str, int]]:
-    """Greedy tokens and each generated position's log-distribution [n_tokens, V] per prompt."""
-    config = EngineConfig.from_flat(MODEL, gpu_memory_utilization=0.3, max_model_len=1024, **knobs)
-    engine = LLMEngine(config, record_logprobs=True)
-    for i, prompt in enumerate(_prompts()):
-        engine.add_request(str(i), prompt, SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True))
-    while engine.has_unfinished_requests():
-        engine.step()
-    rows = [torch.stack(engine.logprobs[str(i)]).float().cpu() for i in range(len(_prompts()))]
-    paths = dict(engine.runner.paths)
-    del engine
-    torch.cuda.empty_cache()
-    return [r.argmax(-1).tolist() for r in rows], rows, paths
-
-
-def _kl(p: torch.Tensor, q: torch.Tensor) -> float:
-    return float((p.exp() * (p - q)).sum())
-
-
-def _shared_history_kls(ref, other) -> list[float]:
-    """KL(ref || other) at every position whose history both share (up to each request's first differing token)."""
-    kls = []
-    for t_ref, t_other, r, o in zip(ref[0], other[0], ref[1], other[1]):
-        for pos in range(min(len(t_ref), len(t_other))):
-            kls.append(_kl(r[pos], o[pos]))
-            if t_ref[pos] != t_other[pos]:
-                break
-    return kls
-
-
 @pytest.mark.parametrize("async_scheduling", [False, True])
 @pytest.mark.parametrize("tiers", [False, True])
 def test_piecewise_graphs_agree_with_eager(tiers, async_scheduling):
@@ -156,21 +127,21 @@ def test_piecewise_graphs_agree_with_eager(tiers, async_scheduling):
     graphs' padded GEMM shapes pick other cuBLAS kernels), after which the histories differ: the agreement rate
     is reported, and the numerics are judged where both paths share the history, as KL(eager || graphs) at every
     such position, against the KL between two different requests' distributions (what a wrong row would give)."""
-    knobs = dict(max_num_batched_tokens=256, async_scheduling=async_scheduling)
+    knobs = dict(async_scheduling=async_scheduling)
     if tiers:
         knobs["block_tiers"] = [{"max_len": 256, "block_size": 8, "share": 0.5},
                                 {"max_len": 1024, "block_size": 32, "share": 0.5}]
-    eager = _distributions(cuda_graphs=False, **knobs)
-    graphs = _distributions(**knobs)
-    padded = _distributions(cuda_graphs=False, pad_multiple=64, **knobs)  # eager, other GEMM shapes: the noise floor
-    kls, noise = _shared_history_kls(eager, graphs), _shared_history_kls(eager, padded)
-    wrong_row = sum(_kl(a[0], b[0]) for a, b in zip(eager[1], eager[1][1:])) / (len(eager[1]) - 1)
+    eager = distributions(MODEL, 256, cuda_graphs=False, **knobs)
+    graphs = distributions(MODEL, 256, **knobs)
+    padded = distributions(MODEL, 256, cuda_graphs=False, pad_multiple=64, **knobs)  # other GEMM shapes: noise floor
+    kls, noise = shared_history_kls(eager, graphs), shared_history_kls(eager, padded)
+    wrong_row = sum(kl(a[0], b[0]) for a, b in zip(eager.rows, eager.rows[1:])) / (len(eager.rows) - 1)
     print(f"\npiecewise graphs vs eager (tiers {tiers}, async {async_scheduling}): greedy token agreement "
-          f"{agreement(eager[0], graphs[0]):.3f}; KL on shared history mean {sum(kls) / len(kls):.2e}, max "
+          f"{agreement(eager.tokens, graphs.tokens):.3f}; KL on shared history mean {sum(kls) / len(kls):.2e}, max "
           f"{max(kls):.2e} over {len(kls)} positions; eager padded to 64 rows: agreement "
-          f"{agreement(eager[0], padded[0]):.3f}, KL max {max(noise):.2e}; another request's row {wrong_row:.2e}; "
-          f"steps by path {graphs[2]}")
-    assert graphs[2].get("piecewise", 0) > 0
+          f"{agreement(eager.tokens, padded.tokens):.3f}, KL max {max(noise):.2e}; another request's row "
+          f"{wrong_row:.2e}; steps by path {graphs.paths}")
+    assert graphs.paths.get("piecewise", 0) > 0
     assert len(kls) >= len(_prompts())
     assert max(kls) < wrong_row / 100
 
