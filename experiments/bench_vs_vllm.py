@@ -127,9 +127,14 @@ def table(out: Path) -> str:
                 f"{_spread(o, 'ttft_p99_s', 1, '.3f')} | "
                 f"{1e3 * o.get('tpot_p50_s', float('nan')):.1f} / {1e3 * o.get('tpot_p99_s', float('nan')):.1f}"
                 f"{_spread(o, 'tpot_p99_s', 1e3, '.1f')} | "
-                f"{g.get('step_share', float('nan')):.0%} | {g.get('time_share', float('nan')):.0%} | "
-                f"{g.get('idle_share', float('nan')):.1%} |")
+                f"{_share(g, 'step_share', '.0%')} | {_share(g, 'time_share', '.0%')} | "
+                f"{_share(g, 'idle_share', '.1%')} |")
     return "\n".join(rows)
+
+
+def _share(graphs: dict, key: str, fmt: str) -> str:
+    """A graph-coverage figure, or "-" for an engine that reports none (vLLM's steps are not timed here)."""
+    return f"{graphs[key]:{fmt}}" if key in graphs else "-"
 
 
 def _spread(o: dict, key: str, scale: float, fmt: str) -> str:

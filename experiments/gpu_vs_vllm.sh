@@ -18,8 +18,10 @@ model=${1:?model}; workloads=${2:?workloads}; shift 2
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 if [ ! -d /tmp/vsite/vllm ]; then
   cat /tmp/part0 /tmp/part1 /tmp/part2 /tmp/part3 /tmp/part4 > /tmp/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl
+  # a wheel in both folders (gguf) stops pip: .whlmini's only where .vllm/deps lacks that distribution
+  mini=$(for w in .whlmini/*.whl; do ls .vllm/deps/"$(basename "$w" | cut -d- -f1)"-* >/dev/null 2>&1 || echo "$w"; done)
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite \
-    /tmp/vllm-0.26.0-*.whl .vllm/deps/*.whl .whlmini/*.whl 2>&1 | tail -3
+    /tmp/vllm-0.26.0-*.whl .vllm/deps/*.whl $mini 2>&1 | tail -3
 fi
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
