@@ -18,6 +18,7 @@ Workloads (random bf16 weights, `load_format="dummy"` for vLLM):
     azure-code  Qwen2-7B shape, 192 requests with (prompt, output) lengths drawn from the Azure LLM code
                 trace (azure_llm_2023_code.csv: ../shared/traces, or --trace), prompt + output <= 8192
 
+    python -m experiments.bench_vs_vllm --out DIR      # all three, each on its model, both engines
     python -m experiments.bench_vs_vllm --model llama-3-8b --workloads uniform,mixed --out DIR
     python -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --trace .traces/azure.csv --out DIR
 
@@ -40,6 +41,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 MAX_LEN = 8192
 OPEN = {"uniform": (200, 16.0), "mixed": (200, 8.0), "azure-code": (160, 6.0)}  # requests, arrival rate req/s
+MODEL_OF = {"uniform": "llama-3-8b", "mixed": "llama-3-8b", "azure-code": "qwen2-7b"}  # each workload's own shape
 
 
 class Workload(NamedTuple):
@@ -86,8 +88,9 @@ def latency_figures(ttft: list[float], tpot: list[float]) -> dict[str, float]:
 # ---- the parent ------------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="llama-3-8b")
-    ap.add_argument("--workloads", default="uniform,mixed")
+    ap.add_argument("--model", default=None, help="run every workload on this model (default: each on its own: "
+                    + ", ".join(f"{w} on {m}" for w, m in MODEL_OF.items()) + ")")
+    ap.add_argument("--workloads", default=",".join(MODEL_OF))
     ap.add_argument("--engines", default="pagetune,vllm")
     ap.add_argument("--trace", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=Path("bench-vs-vllm"))
@@ -103,21 +106,34 @@ def main() -> None:
 
         run_child(args)
         return
-    for engine in args.engines.split(","):
-        cmd = [sys.executable, "-m", "experiments.bench_vs_vllm", "--child", engine, *sys.argv[1:]]
-        print(f"== {engine} on {args.model}: {args.workloads}", flush=True)
-        code = subprocess.call(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        if code:
-            print(f"!! {engine} exited with code {code}", flush=True)
+    for model, names in by_model(args.workloads.split(","), args.model).items():
+        for engine in args.engines.split(","):  # each engine alone on the GPU, one after the other
+            cmd = [sys.executable, "-m", "experiments.bench_vs_vllm", *sys.argv[1:], "--child", engine,
+                   "--model", model, "--workloads", ",".join(names)]  # the last of a repeated option wins
+            print(f"== {engine} on {model}: {','.join(names)}", flush=True)
+            code = subprocess.call(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            if code:
+                print(f"!! {engine} exited with code {code}", flush=True)
     print(table(args.out))
+
+
+def by_model(names: list[str], model: str | None) -> dict[str, list[str]]:
+    """The workloads grouped by the model each runs on (`model` for all of them when given), in their order."""
+    unknown = [n for n in names if n not in MODEL_OF]
+    if unknown:
+        raise SystemExit(f"unknown workload {unknown[0]!r}: {', '.join(MODEL_OF)}")
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(model or MODEL_OF[name], []).append(name)
+    return groups
 
 
 def table(out: Path) -> str:
     rows = ["| engine | model | workload | start s | first tok/s | warm tok/s | first/warm | open rate req/s | "
             "TTFT p50/p99 (p99 per replay) s | TPOT p50/p99 ms | graph steps | graph GPU time | GPU idle |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for path in sorted(out.glob("*.json")):
-        r = json.loads(path.read_text())
+    results = [json.loads(path.read_text()) for path in sorted(out.glob("*.json"))]
+    for r in results:
         for w in r["workloads"]:
             o, g = w.get("open", {}), w.get("graphs", {})
             rows.append(
@@ -129,7 +145,15 @@ def table(out: Path) -> str:
                 f"{_spread(o, 'tpot_p99_s', 1e3, '.1f')} | "
                 f"{_share(g, 'step_share', '.0%')} | {_share(g, 'time_share', '.0%')} | "
                 f"{_share(g, 'idle_share', '.1%')} |")
-    return "\n".join(rows)
+    return "\n".join(rows + ratios(results))
+
+
+def ratios(results: list[dict]) -> list[str]:
+    """pagetune's warm throughput over vLLM's, per workload both engines ran on the same model."""
+    warm = {(r["engine"], r["model"], w["name"]): w["warm_tok_s"] for r in results for w in r["workloads"]}
+    return [f"{name} on {model}: pagetune / vLLM warm {tok_s / warm[('vllm', model, name)]:.2f}x"
+            for (engine, model, name), tok_s in warm.items()
+            if engine == "pagetune" and ("vllm", model, name) in warm]
 
 
 def _share(graphs: dict, key: str, fmt: str) -> str:

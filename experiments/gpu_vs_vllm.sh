@@ -1,29 +1,65 @@
 #!/usr/bin/env bash
-# pagetune against vLLM on the H200, in one device call (issue 28). Before the first call on a fresh machine,
-# the vLLM wheel travels in five parts (../shared/gpu/vllm-wheelhouse.sh .vllm; carry .vllm/pK and copy
-# .vllm/pK/partK to /tmp in five back-to-back calls). A part (59 MB) and the tracked tree (28 MB) exceed the 64 MiB
-# a call carries: move the large tracked files the GPU calls do not read aside for the burst and back after it,
+# pagetune against vLLM on the H200 (issue 28). Before the first call on a fresh machine, the vLLM wheel travels
+# in five parts (../shared/gpu/vllm-wheelhouse.sh .vllm; carry .vllm/pK and copy .vllm/pK/partK to /tmp in five
+# back-to-back calls). A part (59 MB) and the tracked tree (28 MB) exceed the 64 MiB a call carries: move the large
+# tracked files the GPU calls do not read aside for the burst and back after it,
 #   mkdir -p /tmp/hold && mv experiments/results/h200-sim conf/profiles/h200-llama-3-8b.json /tmp/hold/
 #   ... the part calls and the calls below ...
 #   mv /tmp/hold/h200-sim experiments/results/ && mv /tmp/hold/h200-llama-3-8b.json conf/profiles/
 # Then, carrying .vllm/deps .whlmini .traces:
 #
-#   bash experiments/gpu_vs_vllm.sh llama-3-8b uniform,mixed
-#   bash experiments/gpu_vs_vllm.sh qwen2-7b azure-code
+#   bash experiments/gpu_vs_vllm.sh llama-3-8b uniform,mixed      # one model's workloads, within this call
+#   bash experiments/gpu_vs_vllm.sh qwen2-7b azure-code --open-repeats 2
+#   bash experiments/gpu_vs_vllm.sh all --open-repeats 2            # all three in one run of bench_vs_vllm
+#   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
 #
+# `all` runs longer than a call may (about 16 minutes with two open-loop replays): it starts the benchmark in a
+# session of its own, which outlives the call while the machine stays warm, and waits up to WAIT_S (default 560)
+# seconds; `wait` (carrying nothing) waits again. Each returns the files written so far.
 # .whlmini holds the tuner's imports the image lacks for the replay (hydra-core, omegaconf, antlr4);
 # .traces/azure_llm_2023_code.csv the Azure code trace (../shared/traces does not travel).
 set -uo pipefail
-model=${1:?model}; workloads=${2:?workloads}; shift 2
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-if [ ! -d /tmp/vsite/vllm ]; then
-  cat /tmp/part0 /tmp/part1 /tmp/part2 /tmp/part3 /tmp/part4 > /tmp/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl
-  # a wheel in both folders (gguf) stops pip: .whlmini's only where .vllm/deps lacks that distribution
-  mini=$(for w in .whlmini/*.whl; do ls .vllm/deps/"$(basename "$w" | cut -d- -f1)"-* >/dev/null 2>&1 || echo "$w"; done)
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite \
-    /tmp/vllm-0.26.0-*.whl .vllm/deps/*.whl $mini 2>&1 | tail -3
-fi
+run=/tmp/bench-all  # the `all` run's folder: its JSON files, bench.log and, once it ended, rc
+trace=$PWD/.traces/azure_llm_2023_code.csv
+[ -f "$trace" ] || trace=/tmp/azure_llm_2023_code.csv  # `wait` carries nothing: `all` left a copy
+
+install() {
+  if [ ! -d /tmp/vsite/vllm ]; then
+    cat /tmp/part0 /tmp/part1 /tmp/part2 /tmp/part3 /tmp/part4 > /tmp/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl
+    # a wheel in both folders (gguf) stops pip: .whlmini's only where .vllm/deps lacks that distribution
+    mini=$(for w in .whlmini/*.whl; do ls .vllm/deps/"$(basename "$w" | cut -d- -f1)"-* >/dev/null 2>&1 || echo "$w"; done)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite \
+      /tmp/vllm-0.26.0-*.whl .vllm/deps/*.whl $mini 2>&1 | tail -3
+  fi
+  python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+}
+
+quiet() { grep -v -E "^\s*$|it/s\]|Capturing|Processed prompts|^ERROR .*async_llm|Task was destroyed|^task: "; }
+
+wait_all() {  # until the `all` run ends or WAIT_S pass; then what it wrote so far comes back
+  for _ in $(seq "${WAIT_S:-560}"); do [ -f $run/rc ] && break; sleep 1; done
+  cp $run/*.json "$out/" 2>/dev/null; touch $run/bench.log; quiet < $run/bench.log > "$out/bench.log"
+  tail -40 "$out/bench.log"
+  if [ -f $run/rc ]; then echo "bench_vs_vllm ended: exit $(cat $run/rc)"
+  else echo "still running: call 'bash experiments/gpu_vs_vllm.sh wait' within 30 s"; fi
+}
+
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
-python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
-python3 -m experiments.bench_vs_vllm --model "$model" --workloads "$workloads" --trace .traces/azure_llm_2023_code.csv \
-  --out "$out/bench" "$@" 2>&1 | grep -v -E "^\s*$|it/s\]|Capturing|Processed prompts" | tee "$out/bench.log" | tail -60
+case "${1:?model, all or wait}" in
+  all)
+    shift; install || exit 1
+    rm -rf $run && mkdir -p $run && cp "$trace" /tmp/azure_llm_2023_code.csv
+    # its own session: the call's end does not kill it; it reads the tree's copy, which stays while warm
+    setsid bash -c "python3 -m experiments.bench_vs_vllm --trace /tmp/azure_llm_2023_code.csv --out $run $* \
+      > $run/bench.log 2>&1; echo \$? > $run/rc" < /dev/null > /dev/null 2>&1 &
+    wait_all ;;
+  wait)
+    [ -d $run ] || { echo "no 'all' run on this machine (a fresh machine starts bare)"; exit 1; }
+    wait_all ;;
+  *)
+    model=$1; workloads=${2:?workloads}; shift 2
+    install || exit 1
+    python3 -m experiments.bench_vs_vllm --model "$model" --workloads "$workloads" --trace "$trace" \
+      --out "$out/bench" "$@" 2>&1 | quiet | tee "$out/bench.log" | tail -60 ;;
+esac
