@@ -150,7 +150,7 @@ def step_kinds(profile: GpuProfile, rows: list[list]) -> list[str]:
     groups: dict[str, list[tuple[float, float]]] = {}
     model = profile.step_model
     for s in step_samples(rows):
-        groups.setdefault(_kind(s.shape, s.variant.graphs), []).append((model.predict(s.variant, s.shape), s.seconds))
+        groups.setdefault(_kind(s.shape, s.variant.mode), []).append((model.predict(s.variant, s.shape), s.seconds))
     for parts, seconds in tier_steps(rows):
         kind = "decode" if not any(shape.prefill_tokens for _, shape in parts) else "with prefill"
         groups.setdefault(f"over {len(parts)} tiers, {kind}", []).append((model.predict_tiers(parts), seconds))
@@ -181,10 +181,10 @@ def _ratio_table(groups: dict[str, list[tuple[float, float]]]) -> list[str]:
     return lines
 
 
-def _kind(shape, graphs: bool) -> str:
+def _kind(shape, mode: str) -> str:
     if not shape.prefill_tokens:
         mean_ctx = shape.decode_context / max(shape.decode_seqs, 1)
-        return f"decode, {'graph' if graphs else 'eager'}, mean context {'< 2k' if mean_ctx < 2048 else '>= 2k'}"
+        return f"decode, {mode}, mean context {'< 2k' if mean_ctx < 2048 else '>= 2k'}"
     size = "< 64" if shape.prefill_tokens < 64 else "< 1k" if shape.prefill_tokens < 1024 else (
         "< 4k" if shape.prefill_tokens < 4096 else ">= 4k")
     return f"{'mixed' if shape.decode_seqs else 'prefill'}, chunk tokens {size}"

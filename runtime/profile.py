@@ -3,11 +3,15 @@
     python -m runtime.profile model=llama-3-8b out=conf/profiles/h200-llama-3-8b.json     # ~5-8 min on an H200
     python -m runtime.profile model=tiny grid=small out=/tmp/tiny.json                    # seconds on a CPU
 
-For each variant (block size, CUDA graphs off/on, KV dtype) one engine is built on the loaded weights and a
-grid of step compositions is timed through its runner and sampler (`runtime.step_timing`); the step-time
-model is fitted per variant (`runtime.sim.stepmodel`), its error measured on every fifth step by a fit
-without them, and the coefficients shipped are the fit on every step. An engine with two block tiers then
-times steps that span both: what each took beyond that fit is a tier's cost (`tier_s`, the mean). A burst
+For each setting (block size, CUDA graphs off/on, KV dtype) one engine is built on the loaded weights and a
+grid of step compositions is timed through its runner and sampler (`runtime.step_timing`). Each timed step
+is a sample of the variant its path makes it (`runtime.sim.shape`): an eager engine's steps are eager; a
+graphs engine times pure-decode steps (full graphs) and the other steps up to its capture size (piecewise
+graphs), the larger ones being the eager engine's. The step-time model is fitted per variant
+(`runtime.sim.stepmodel`), its error measured on every fifth step by a fit without them, and the
+coefficients shipped are the fit on every step. An engine with two block tiers (graphs where they run, as
+the defaults build it) then times steps that span both: what each took beyond that fit is a tier's cost
+(`tier_s`, the mean). A burst
 of requests through the first variant's engine then measures a step's host time (`runtime.sim.hostmodel`).
 The forward's peak activation memory is measured at several token counts (estimated on CPU), and the
 profile records the device, its memory, driver, CUDA, torch and Triton versions, the model's shape and
@@ -28,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 import torch
 
@@ -42,7 +47,7 @@ from runtime.sampling_params import SamplingParams
 from runtime.sim.hostmodel import HostModel, fit_host
 from runtime.sim.profile_file import ActivationFit, DeviceRecord, GpuProfile, samples_table, save_profile
 from runtime.sim.refit import host_points
-from runtime.sim.stepmodel import StepSample, StepTimeModel, Variant, fit, fit_error, fit_tier_cost, split_held_back
+from runtime.sim.stepmodel import StepSample, StepTimeModel, fit, fit_error, fit_tier_cost, split_held_back
 from runtime.step_log import StepLog
 from runtime.step_timing import Composition, StepTimer, TimedStep, grid, tier_grid
 
@@ -101,23 +106,35 @@ def parse_args(argv: list[str]) -> ProfileArgs:
     return ProfileArgs(**values)  # type: ignore[arg-type]
 
 
-def _variants(args: ProfileArgs, cuda: bool) -> list[Variant]:
-    """The variants to time, most used first (a budget cut drops the tail)."""
+class Setting(NamedTuple):
+    """An engine the profile times steps on."""
+
+    block_size: int
+    kv_dtype: str = "auto"
+    graphs: bool = False  # decode and piecewise graphs, or none (eager)
+
+    @property
+    def key(self) -> str:
+        return f"bs{self.block_size}/{self.kv_dtype}/{'graphs' if self.graphs else 'eager'}"
+
+
+def _settings(args: ProfileArgs, cuda: bool) -> list[Setting]:
+    """The engines to time, most used first (a budget cut drops the tail)."""
     sizes = args.block_sizes or ((16,) if args.small else (16, 32, 8))
     dtypes = args.kv_dtypes or (("auto", "fp8_e4m3") if cuda and not args.small else ("auto",))
     modes = {"auto": (False, True) if cuda else (False,), "on": (True,), "off": (False,), "both": (False, True)}
-    return [Variant(bs, dt, g) for dt in dtypes for bs in sizes for g in modes[args.graphs]]
+    return [Setting(bs, dt, g) for dt in dtypes for bs in sizes for g in modes[args.graphs]]
 
 
-def _engine_config(args: ProfileArgs, variant: Variant, cuda: bool) -> EngineConfig:
-    return EngineConfig.from_flat(args.model, **_knobs(args, variant, cuda))
+def _engine_config(args: ProfileArgs, setting: Setting, cuda: bool) -> EngineConfig:
+    return EngineConfig.from_flat(args.model, **_knobs(args, setting, cuda))
 
 
-def _knobs(args: ProfileArgs, variant: Variant, cuda: bool) -> dict:
-    """The flat engine knobs a variant is timed with."""
+def _knobs(args: ProfileArgs, setting: Setting, cuda: bool) -> dict:
+    """The flat engine knobs a setting is timed with."""
     info = model_info(args.model)
     max_len = args.max_model_len or (1024 if args.small else min(8192, info.max_position_embeddings))
-    knobs = dict(block_size=variant.block_size, kv_cache_dtype=variant.kv_dtype, cuda_graphs=variant.graphs,
+    knobs = dict(block_size=setting.block_size, kv_cache_dtype=setting.kv_dtype, cuda_graphs=setting.graphs,
                  max_model_len=max_len, max_num_seqs=args.max_num_seqs or (16 if args.small else 256),
                  max_num_batched_tokens=args.max_num_batched_tokens or (256 if args.small else 8192),
                  enable_prefix_caching=False, device=args.device, dtype=args.dtype)
@@ -126,21 +143,29 @@ def _knobs(args: ProfileArgs, variant: Variant, cuda: bool) -> dict:
     return knobs
 
 
-def _time_variant(args: ProfileArgs, config: EngineConfig, model, deadline: float) -> list[StepSample]:
+def _time_setting(args: ProfileArgs, config: EngineConfig, model, deadline: float) -> list[StepSample]:
     def compositions(engine: LLMEngine) -> list[Composition]:
-        s = config.scheduler
+        s, kernel = config.scheduler, config.kernel
         comps = grid(args.small, engine.max_model_len, s.max_num_seqs, engine.scheduler.budget, args.seed)
-        # only pure-decode steps replay a graph; the rest is the eager variant's
-        return [c for c in comps if not c.chunks] if config.kernel.cuda_graphs else comps
+        if not kernel.cuda_graphs:
+            return comps
+        # a graphs engine: pure-decode steps (full graphs) and the others up to its piecewise capture (padded to
+        # pad_multiple as the inputs are); a larger step runs eagerly, as on the eager engine, which times it
+        pad = kernel.pad_multiple
+        return [c for c in comps if not c.chunks or c.batched_tokens + -c.batched_tokens % pad
+                <= (kernel.max_cudagraph_capture_size if engine.runner.piecewise is not None else 0)]
 
-    return [StepSample(variant, shape, step.seconds)
+    return [StepSample(variant, shape, step.seconds)  # the variant of each step's path
             for step in _time_steps(args, config, model, compositions, deadline) for variant, shape in step.parts]
 
 
 def _tier_cost(args: ProfileArgs, model, one_tier: StepTimeModel, cuda: bool, deadline: float) -> tuple[float, int]:
     """`tier_s` from steps over two tiers (block 16 up to a quarter of max_model_len, then block 16 again: only
-    the second tier's own launches differ) against `one_tier`'s prediction: (seconds, steps timed)."""
-    knobs = _knobs(args, Variant(16), cuda)
+    the second tier's own launches differ) against `one_tier`'s prediction: (seconds, steps timed). The engine
+    has graphs where they run, as the defaults build it: its steps up to the capture size replay piecewise
+    graphs, where a tier adds its attention's launches alone."""
+    knobs = _knobs(args, Setting(16), cuda)
+    knobs["cuda_graphs"] = None  # the default: piecewise graphs wherever graphs run (decode graphs need one tier)
     split = knobs["max_model_len"] // 4
     knobs["block_tiers"] = [{"max_len": split, "block_size": 16, "share": 0.5},
                             {"max_len": knobs["max_model_len"], "block_size": 16, "share": 0.5}]
@@ -255,19 +280,19 @@ def run_profile(args: ProfileArgs, command: str = "") -> GpuProfile:
     dtype = resolve_dtype(args.dtype, device)
     model = load_model(args.model, dtype, device, 0)
     info = model_info(args.model)
-    first = _engine_config(args, Variant(16), cuda)
+    first = _engine_config(args, Setting(16), cuda)
     activation = _activation_fit(first, model, cuda)
     samples, notes = [], []
-    for variant in _variants(args, cuda):
+    for setting in _settings(args, cuda):
         if time.monotonic() - start > args.budget_s:
-            notes.append(f"{variant.key}: not timed, past budget_s {args.budget_s:g}")
+            notes.append(f"{setting.key}: not timed, past budget_s {args.budget_s:g}")
             continue
         try:
-            got = _time_variant(args, _engine_config(args, variant, cuda), model, start + args.budget_s)
+            got = _time_setting(args, _engine_config(args, setting, cuda), model, start + args.budget_s)
         except Exception as e:  # fp8 KV or graphs unsupported here (a Triton compile error too): the others count
-            notes.append(f"{variant.key}: skipped ({str(e).splitlines()[0][:200]})")
+            notes.append(f"{setting.key}: skipped ({str(e).splitlines()[0][:200]})")
             continue
-        print(f"  {variant.key}: {len(got)} steps timed ({time.monotonic() - start:.0f} s)", flush=True)
+        print(f"  {setting.key}: {len(got)} steps timed ({time.monotonic() - start:.0f} s)", flush=True)
         samples += got
     if not samples:
         raise ConfigError("no step could be timed: " + "; ".join(notes))

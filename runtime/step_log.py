@@ -27,7 +27,9 @@ class StepLog:
         if engine.overlapped:  # its device time would be the next step's host work too
             raise ValueError("StepLog times synchronous steps: scheduler.async_scheduling must be false")
         self.engine, self.runner, self.sampler = engine, engine.runner, engine.sampler
-        self.shaper = StepShaper(engine.config, engine.kv.tiers, getattr(engine.runner, "graphs", None) is not None)
+        runner = engine.runner
+        self.shaper = StepShaper(engine.config, engine.kv.tiers, getattr(runner, "graphs", None) is not None,
+                                 getattr(runner, "piecewise", None) is not None)
         self.limit = limit
         self.rows: list[StepRow] = []
         self._started: tuple[float, Any] | None = None  # (start, the scheduler's output) of the step in flight

@@ -99,7 +99,8 @@ class StepTimer:
     def __init__(self, engine: LLMEngine, repeats: int = 3) -> None:
         self.engine = engine
         self.repeats = repeats
-        self.shaper = StepShaper(engine.config, engine.kv.tiers, engine.runner.graphs is not None)
+        self.shaper = StepShaper(engine.config, engine.kv.tiers, engine.runner.graphs is not None,
+                                 engine.runner.piecewise is not None)
         self.cuda = engine.placement is not None and engine.placement.device.type == "cuda"
         self._ids = 0
 

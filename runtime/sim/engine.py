@@ -1,13 +1,16 @@
 """The simulated engine: the real `LLMEngine` loop, scheduler and KV manager on a virtual clock, no weights.
 
-    LLMEngine.step:  schedule (real) -> SimRunner.execute: clock += predicted step + host time -> StreamSampler
+    LLMEngine.step:  schedule (real) -> SimRunner.execute: clock += predicted step and host time -> StreamSampler
                      (a deterministic token per row, never an EOS) -> postprocess (real)
 
 The KV pool is sized by `runtime.memory.plan_memory`, the function the real engine uses, from the
 profiled GPU's memory and the profile's weight and activation bytes, so a config holds the blocks it
 would hold on that GPU. A step's host time (scheduling, outputs, the replay loop) is the profile's host
-model, measured on the real engine by a refit (zero before one). What the simulator leaves out: swap
-and copy-on-write copies (free here), and numerics.
+model, measured on the real engine by a refit (zero before one); under async scheduling (where the engine
+on the profiled GPU would use it) the host prepares a step while the device runs the one before, so a
+step takes the longer of the two rather than their sum. The scheduler itself steps in sync: a request
+finishes one step earlier than under async scheduling. What the simulator leaves out: swap and
+copy-on-write copies (free here), and numerics.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from runtime.backend import Backend
 from runtime.config import ConfigError, EngineConfig
 from runtime.engine import LLMEngine
 from runtime.kv.manager import KVCacheManager
-from runtime.limits import EngineLimits, decode_graphs_on, engine_limits
+from runtime.limits import EngineLimits, async_scheduling_on, decode_graphs_on, engine_limits, piecewise_graphs_on
 from runtime.memory import GIB, MemoryPlan, plan_memory
 from runtime.scheduler import SchedulerOutput
 from runtime.sim.hostmodel import HostModel
@@ -52,16 +55,19 @@ class VirtualClock:
 
 
 class SimRunner:
-    """Runs a step by advancing the clock by the step-time model's prediction for its composition, plus
-    the host model's for its scheduled sequences."""
+    """Runs a step by advancing the clock by the step-time model's prediction for its composition and the
+    host model's for its scheduled sequences: their sum, or the longer of the two when the host's work
+    overlaps the device's (`overlapped`, async scheduling)."""
 
     def __init__(self, model: StepTimeModel | ParallelStepModel, shaper: StepShaper, clock: VirtualClock,
-                 host: HostModel = NO_HOST) -> None:
+                 host: HostModel = NO_HOST, overlapped: bool = False) -> None:
         self.model, self.shaper, self.clock, self.host = model, shaper, clock, host
+        self.overlapped = overlapped
 
     def execute(self, out: SchedulerOutput) -> SchedulerOutput:
         device_s = self.model.predict_tiers(self.shaper.parts(out.scheduled))
-        self.clock.advance(device_s + self.host.predict(len(out.scheduled)))
+        host_s = self.host.predict(len(out.scheduled))
+        self.clock.advance(max(device_s, host_s) if self.overlapped else device_s + host_s)
         return out
 
 
@@ -122,12 +128,15 @@ def sim_backend(config: EngineConfig, profile: GpuProfile, clock: VirtualClock,
         model = ParallelStepModel.of(model, degree, profile.allreduce_cost(degree), profile.info,
                                      DTYPE_BYTES[profile.dtype])
     # graphs as the engine would capture them on the profiled device (Triton attention there, unless asked for
-    # torch); tensor-parallel ranks run eagerly
-    graphs = degree == 1 and decode_graphs_on(config.kernel, len(tiers), profile.device.type == "cuda"
-                                              and config.kernel.attention_backend != "torch")
+    # torch); tensor-parallel ranks run eagerly, and in sync
+    cuda_triton = profile.device.type == "cuda" and config.kernel.attention_backend != "torch"
+    graphs = degree == 1 and decode_graphs_on(config.kernel, len(tiers), cuda_triton)
+    piecewise = degree == 1 and piecewise_graphs_on(config.kernel, cuda_triton)
+    overlapped = async_scheduling_on(config, profile.device.type)
 
     def make_runner(kv: KVCacheManager) -> SimRunner:
-        return SimRunner(model, StepShaper(config, kv.tiers, graphs), clock, profile.host_model)
+        return SimRunner(model, StepShaper(config, kv.tiers, graphs, piecewise), clock, profile.host_model,
+                         overlapped)
 
     vocab = profile.info.vocab_size
     return Backend(limits.max_model_len, limits.max_num_batched_tokens, tiers, vocab, eos, make_runner,

@@ -1,32 +1,37 @@
 """What a scheduled step contains, as the step-time model reads it (no torch).
 
-The same rules the model runner applies decide the shape: a pure-decode step of a graphs engine
-replays the graph of the smallest bucket that holds it (`runtime.limits.graph_buckets`); any other step
-runs eagerly with its token count padded up to `pad_multiple`.
+The same rules the model runner applies decide the path and the shape: a pure-decode step of an engine
+with decode graphs replays the graph of the smallest bucket that holds it (`runtime.limits.graph_buckets`);
+any other step has its token count padded up to `pad_multiple`, then replays the piecewise graphs of the
+smallest bucket that holds that (`runtime.limits.piecewise_buckets`), or runs eagerly past the largest.
 """
 
 from __future__ import annotations
 
+import bisect
+
 from runtime.config import EngineConfig
 from runtime.kv.manager import TierSpec
-from runtime.limits import graph_bucket, graph_buckets
+from runtime.limits import graph_bucket, graph_buckets, piecewise_buckets
 from runtime.scheduler import ScheduledSeq
-from runtime.sim.stepmodel import StepShape, Variant
+from runtime.sim.stepmodel import MODES, StepShape, Variant
 
 
 class StepShaper:
     """Turns a step's scheduled sequences into (variant, shape) per tier for one engine's settings.
 
-    `graphs`: the engine replays decode graphs (a real engine: its runner has them; a simulated one: the
-    profiled GPU would, `runtime.limits.decode_graphs_on`). Called once per simulated step: one pass over
-    the step, the variants built once."""
+    `graphs`: the engine replays decode graphs; `piecewise`: it replays piecewise graphs (a real engine: its
+    runner has them; a simulated one: the profiled GPU would, `runtime.limits`). Called once per simulated
+    step: one pass over the step, the variants built once."""
 
-    def __init__(self, config: EngineConfig, tiers: tuple[TierSpec, ...], graphs: bool) -> None:
+    def __init__(self, config: EngineConfig, tiers: tuple[TierSpec, ...], graphs: bool,
+                 piecewise: bool = False) -> None:
         self.pad_multiple = config.kernel.pad_multiple
         self.buckets = graph_buckets(config.scheduler.max_num_seqs) if graphs else []
+        self.pieces = piecewise_buckets(config.kernel.max_cudagraph_capture_size) if piecewise else []
         kv_dtype = config.cache.kv_cache_dtype
-        # tier -> (its eager variant, its graph variant)
-        self.variants = [(Variant(t.block_size, kv_dtype, False), Variant(t.block_size, kv_dtype, True)) for t in tiers]
+        # tier -> path -> its variant
+        self.variants = [{mode: Variant(t.block_size, kv_dtype, mode) for mode in MODES} for t in tiers]
 
     def parts(self, scheduled: tuple[ScheduledSeq, ...]) -> list[tuple[Variant, StepShape]]:
         if not scheduled:
@@ -35,15 +40,17 @@ class StepShaper:
         shapes = _tier_shapes(scheduled)
         first = shapes[0][1]
         if graph is not None:
-            first[2] = graph  # decode rows: the bucket the graph replay fills
+            first[2], mode = graph, "graph"  # decode rows: the bucket the graph replay fills
         else:  # pad rows join the first tier's prefill, or its decode rows in a pure-decode step
             tokens = prefill = 0
             for _, acc in shapes:
                 tokens += acc[0] + acc[2]
                 prefill += acc[0]
-            first[0 if prefill else 2] += -tokens % self.pad_multiple
-        graphs = graph is not None
-        return [(self.variants[tier][graphs], StepShape(*acc)) for tier, acc in shapes]
+            padded = tokens + -tokens % self.pad_multiple
+            i = bisect.bisect_left(self.pieces, padded)
+            mode, rows = ("piecewise", self.pieces[i]) if i < len(self.pieces) else ("eager", padded)
+            first[0 if prefill else 2] += rows - tokens
+        return [(self.variants[tier][mode], StepShape(*acc)) for tier, acc in shapes]
 
 
 def _tier_shapes(scheduled: tuple[ScheduledSeq, ...]) -> list[tuple[int, list[int]]]:

@@ -1,8 +1,8 @@
 """The step-time model: how long one engine step takes, from what the step contains (numpy, no torch).
 
 A step is described per tier by a `StepShape`; its time is the larger of a floor and a work term linear
-in five features, with one set of coefficients per `Variant` (block size, KV dtype, a replayed decode
-graph or an eager forward):
+in five features, with one set of coefficients per `Variant` (block size, KV dtype, and the step's path:
+an eager forward, piecewise graphs, or a replayed full decode graph):
 
     t = max(floor, c0 + c1 * prefill_tokens + c2 * prefill_attention + c3 * decode_seqs + c4 * decode_context)
         ^launch   ^const  ^GEMMs of the chunks  ^sum of chunk x context  ^GEMMs of decodes ^KV read by decodes
@@ -10,21 +10,24 @@ graph or an eager forward):
 The floor is what an eager forward costs the host to launch (32 layers of Python and kernel launches,
 about 16 ms for Llama-3-8B on an H200): while the device's work is shorter the step waits for the
 launches, and once it is longer the launches hide behind it. A sum would charge a 2,048-token prefill
-both (measured 48 ms, a sum predicts 54). A variant's coefficients are the five, then the floor (a
-profile without it: 0).
+both (measured 48 ms, a sum predicts 54). Piecewise graphs replay everything but the attention, so their
+floor is the attention's launches alone, and their own coefficients carry it. A variant's coefficients are
+the five, then the floor (a profile without it: 0).
 
-`prefill_tokens` counts the padding rows an eager step adds (`pad_multiple`) and `decode_seqs` the graph
-bucket a replayed decode step fills, so padding costs what it costs. A step over several tiers (one
-attention launch per tier, one set of GEMMs) is its tiers' shapes summed, at its first tier's variant's
-coefficients, and each tier past the first adds `tier_s` (its own cache write, attention and copy
-launches in every layer, which an eager step's host pays in full; 7.6 ms for Llama-3-8B on an H200, the
-mean over 27,514 real steps over two tiers, whose mean ranged from 2.5 to 13.9 ms from one call to the next).
+`prefill_tokens` counts the padding rows a step adds (an eager step's `pad_multiple`, a piecewise step's
+bucket) and `decode_seqs` the graph bucket a replayed decode step fills, so padding costs what it costs.
+A step over several tiers (one attention launch per tier, one set of GEMMs) is its tiers' shapes summed,
+at its first tier's variant's coefficients, and each tier past the first adds `tier_s` (its own cache
+write, attention and copy launches in every layer, which an eager step's host pays in full; 7.6 ms for
+Llama-3-8B on an H200, the mean over 27,514 real eager steps over two tiers, whose mean ranged from 2.5 to
+13.9 ms from one call to the next; the profile command now times it on the engine the defaults build).
 One variant's coefficients, not the GEMM terms of one and the attention terms of another: in real steps
 a chunk's tokens and its attention grow together, so each variant's fit splits their cost its own way
 (the H200 profile's bs32 eager variant has half bs16's attention coefficient and a higher token one). A
 mix of the two predicted real H200 steps with a prefill chunk over two tiers a median 35 ms short, one
 variant 3 ms (before `tier_s`; experiments/RESULTS.md). A variant that was not profiled borrows the
-nearest one profiled (same graphs and dtype first, then the closest block size).
+nearest one profiled: its own path first, then the nearest path (`BORROW`: a profile from before piecewise
+graphs prices a piecewise step as an eager one), then the same dtype, then the closest block size.
 
 `fit` solves each variant's coefficients by least squares (columns scaled, so a feature counted in
 millions does not drown the constant) for each floor it tries, and keeps the floor whose model has
@@ -61,24 +64,31 @@ class StepShape(NamedTuple):
                 float(self.decode_context))
 
 
+# A step's path through the runner: an eager forward; piecewise graphs (every step up to the capture size: the
+# model replayed in pieces, the attention eager between them); a full graph (a pure-decode step in a bucket).
+MODES = ("eager", "piecewise", "graph")
+# The paths a variant borrows when its own was not profiled, nearest first.
+BORROW = {"eager": ("piecewise", "graph"), "piecewise": ("eager", "graph"), "graph": ("piecewise", "eager")}
+
+
 class Variant(NamedTuple):
     """The engine settings that change a step's cost beyond its shape."""
 
     block_size: int
     kv_dtype: str = "auto"  # the runtime's cache.kv_cache_dtype
-    graphs: bool = False  # a pure-decode step replayed from a CUDA graph
+    mode: str = "eager"  # the step's path, one of MODES
 
     @property
     def key(self) -> str:
-        return f"bs{self.block_size}/{self.kv_dtype}/{'graph' if self.graphs else 'eager'}"
+        return f"bs{self.block_size}/{self.kv_dtype}/{self.mode}"
 
     @classmethod
     def parse(cls, key: str) -> Variant:
-        """The inverse of `key`: "bs16/auto/eager" -> Variant(16, "auto", False)."""
+        """The inverse of `key`: "bs16/auto/piecewise" -> Variant(16, "auto", "piecewise")."""
         bs, dtype, mode = key.split("/")
-        if not bs.startswith("bs") or mode not in ("graph", "eager"):
-            raise ValueError(f"step-time variant {key!r}: expected bs<N>/<kv dtype>/graph|eager")
-        return cls(int(bs[2:]), dtype, mode == "graph")
+        if not bs.startswith("bs") or mode not in MODES:
+            raise ValueError(f"step-time variant {key!r}: expected bs<N>/<kv dtype>/{'|'.join(MODES)}")
+        return cls(int(bs[2:]), dtype, mode)
 
 
 class StepSample(NamedTuple):
@@ -124,12 +134,13 @@ class StepTimeModel:
         object.__setattr__(self, "_profiled", profiled)
 
     def resolve(self, variant: Variant) -> Variant:
-        """`variant` if it was profiled, else the nearest profiled one (graphs, dtype, then block size)."""
+        """`variant` if it was profiled, else the nearest profiled one (path, dtype, then block size)."""
         if variant in self._profiled:
             return variant
+        paths = (variant.mode, *BORROW[variant.mode])
 
         def distance(v: Variant) -> tuple[int, int, float]:
-            return (v.graphs != variant.graphs, v.kv_dtype != variant.kv_dtype,
+            return (paths.index(v.mode), v.kv_dtype != variant.kv_dtype,
                     abs(math.log2(v.block_size) - math.log2(variant.block_size)))
 
         return min(self._profiled, key=distance)

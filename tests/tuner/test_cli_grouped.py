@@ -34,8 +34,8 @@ def test_grouped_arrivals_end_with_p99s_at_the_trace_rate_a_ranking_and_a_propos
     assert ("No rate tried meets the SLO for any config. At the trace's own rate (4.222 req/s), ranked by SLO load"
             in out)
     # the config that holds TPOT p99 at 0.18 s ranks above the baseline's 0.23 s
-    assert ("  1. trial 1: TTFT p99 2.153 s, TPOT p99 0.1818 s, 79.5% of requests meet the SLO, SLO load 1.828\n"
-            "  2. baseline: TTFT p99 2.179 s, TPOT p99 0.2277 s, 79.5% of requests meet the SLO, SLO load 2.278\n"
+    assert ("  1. trial 1: TTFT p99 2.151 s, TPOT p99 0.1816 s, 79.5% of requests meet the SLO, SLO load 1.826\n"
+            "  2. baseline: TTFT p99 2.177 s, TPOT p99 0.2276 s, 79.5% of requests meet the SLO, SLO load 2.277\n"
             "Proposed SLO for a capacity search: slo.ttft_s=2.2 slo.tpot_s=0.19 (trial 1 meets it at the trace's own "
             "rate)\n") in out
     assert "every request is slower" not in out and "re-measuring" not in result.stderr

@@ -38,10 +38,11 @@ def test_a_refit_fits_the_host_model_from_rows_that_carry_it():
     assert plain.host is None and plain.profile.host == (0.0, 0.0)
 
 
-def _burst_clock(host: tuple[float, float]) -> tuple[float, int, int]:
+def _burst_clock(host: tuple[float, float], overlapped: bool = False) -> tuple[float, int, int]:
     """A burst (all arrivals at 0, so no decision depends on time) on a simulated engine: (clock, steps, rows)."""
     config = EngineConfig.from_flat("tiny", device="cpu", device_memory_gb=0.05, max_model_len=512,
-                                    max_num_batched_tokens=256, max_num_seqs=8, block_size=16)
+                                    max_num_batched_tokens=256, max_num_seqs=8, block_size=16,
+                                    async_scheduling=overlapped)
     clock = VirtualClock()
     engine = sim_engine(config, replace(tiny_profile(), host=host), clock)
     for i in range(6):
@@ -57,3 +58,13 @@ def test_the_simulated_clock_adds_the_host_model_per_step():
     hosted, steps2, rows2 = _burst_clock((1e-3, 1e-5))
     assert (steps, rows) == (steps2, rows2) and steps > 0
     assert hosted - bare == pytest.approx(1e-3 * steps + 1e-5 * rows, rel=1e-9)
+
+
+def test_under_async_scheduling_a_simulated_step_takes_the_longer_of_host_and_device():
+    bare, steps, rows = _burst_clock((0.0, 0.0), overlapped=True)
+    assert bare == _burst_clock((0.0, 0.0))[0]  # no host time: the same clock either way
+    slow_host, steps2, rows2 = _burst_clock((1.0, 1e-5), overlapped=True)  # every step's host time is the longer
+    assert (steps, rows) == (steps2, rows2)
+    assert slow_host == pytest.approx(1.0 * steps + 1e-5 * rows, rel=1e-9)
+    fast_host = _burst_clock((1e-9, 0.0), overlapped=True)[0]  # every step's device time is the longer
+    assert fast_host == pytest.approx(bare, rel=1e-12)

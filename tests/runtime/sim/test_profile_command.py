@@ -49,13 +49,14 @@ def test_bad_arguments_name_the_key():
 
 @pytest.mark.gpu
 def test_the_profile_command_on_cuda_times_graphs_and_fp8(tmp_path):
-    """The small grid on the GPU: eager and graph variants, bf16 and fp8 KV, the device and its versions."""
+    """The small grid on the GPU: eager, full-graph and piecewise variants (the graphs engine's decodes and its
+    other steps, all within the capture size), bf16 and fp8 KV, the device and its versions."""
     out = tmp_path / "tiny-cuda.json"
     assert main(["model=tiny", "grid=small", "graphs=both", "kv_dtypes=auto,fp8_e4m3", f"out={out}"]) == 0
     p = load_profile(out)
     assert p.device.type == "cuda" and p.device.memory_bytes > 0 and p.device.cuda and p.dtype == "bfloat16"
-    assert sorted(p.coefficients) == ["bs16/auto/eager", "bs16/auto/graph", "bs16/fp8_e4m3/eager",
-                                      "bs16/fp8_e4m3/graph"]
+    assert sorted(p.coefficients) == ["bs16/auto/eager", "bs16/auto/graph", "bs16/auto/piecewise",
+                                      "bs16/fp8_e4m3/eager", "bs16/fp8_e4m3/graph", "bs16/fp8_e4m3/piecewise"]
     assert [n for n in p.notes if not n.startswith("tier_s")] == []  # every variant timed, the tiers too
     assert p.tier_s > 0
     assert p.activation.per_token_bytes > 0

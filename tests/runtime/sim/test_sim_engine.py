@@ -122,9 +122,10 @@ def test_simulated_outputs_stop_at_max_tokens_and_time_is_the_models():
     while engine.has_unfinished_requests():
         outs += engine.step()
     assert [len(o.outputs[0].token_ids) for o in outs if o.finished] == [5]
-    # a 37-token prefill then 4 decodes of contexts 38..41 (tiny_profile's coefficients)
+    # a 37-token prefill then 4 decodes of contexts 38..41 (tiny_profile's coefficients); piecewise graphs
+    # replay the prefill at their bucket of 48 tokens, priced at the eager coefficients (no piecewise variant)
     c = tiny_profile().coefficients["bs16/auto/eager"]
-    prefill = c[0] + c[1] * 37 + c[2] * 37 * 37
+    prefill = c[0] + c[1] * 48 + c[2] * 37 * 37
     decodes = sum(c[0] + c[3] + c[4] * ctx for ctx in (38, 39, 40, 41))
     assert clock() == pytest.approx(prefill + decodes, rel=1e-12)
 

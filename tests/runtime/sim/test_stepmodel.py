@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -15,7 +16,8 @@ from runtime.sim.stepmodel import HICCUP, fit_tier_cost, split_held_back
 from tests.runtime.kv_factories import make_seq
 
 EAGER16 = Variant(16)
-GRAPH16 = Variant(16, "auto", True)
+GRAPH16 = Variant(16, "auto", "graph")
+PIECEWISE16 = Variant(16, "auto", "piecewise")
 EAGER32_FP8 = Variant(32, "fp8_e4m3")
 TRUE = {EAGER16.key: (3e-3, 2e-5, 4e-10, 6e-5, 3e-8), EAGER32_FP8.key: (2.5e-3, 1.8e-5, 3e-10, 5e-5, 1.5e-8),
         GRAPH16.key: (1e-3, 0.0, 0.0, 4e-5, 3e-8)}
@@ -87,8 +89,23 @@ def test_an_unprofiled_variant_borrows_the_nearest_profiled_one():
     model = StepTimeModel(TRUE)
     assert model.resolve(Variant(8)) == EAGER16
     assert model.resolve(Variant(64, "fp8_e4m3")) == EAGER32_FP8
-    assert model.resolve(Variant(32, "auto", True)) == GRAPH16
+    assert model.resolve(Variant(32, "auto", "graph")) == GRAPH16
     assert model.resolve(Variant(32)) == EAGER16  # same dtype first, then the closest block size
+    # a profile from before piecewise graphs prices a piecewise step as an eager one, not as a decode graph
+    assert model.resolve(Variant(16, "auto", "piecewise")) == EAGER16
+    with_pieces = StepTimeModel({**TRUE, PIECEWISE16.key: TRUE[EAGER16.key]})
+    assert with_pieces.resolve(Variant(32, "auto", "piecewise")) == PIECEWISE16
+    assert with_pieces.resolve(Variant(32, "auto", "graph")) == GRAPH16
+    assert StepTimeModel({EAGER16.key: TRUE[EAGER16.key], PIECEWISE16.key: TRUE[EAGER16.key]}).resolve(GRAPH16) \
+        == PIECEWISE16  # a decode graph borrows the piecewise graphs before the eager forward
+
+
+def test_a_variant_key_names_its_path():
+    assert [Variant.parse(k) for k in ("bs16/auto/eager", "bs32/fp8_e4m3/piecewise", "bs8/auto/graph")] == [
+        EAGER16, Variant(32, "fp8_e4m3", "piecewise"), Variant(8, "auto", "graph")]
+    assert Variant.parse(PIECEWISE16.key) == PIECEWISE16
+    with pytest.raises(ValueError, match=re.escape("expected bs<N>/<kv dtype>/eager|piecewise|graph")):
+        Variant.parse("bs16/auto/graphs")
 
 
 def test_a_step_over_two_tiers_is_their_shapes_summed_at_the_first_tiers_variant():
@@ -141,4 +158,24 @@ def test_shape_pads_an_eager_step_and_fills_a_graph_bucket():
     assert eager.parts(_scheduled((99, 1), (9, 1), (5, 1))) == [(EAGER16, StepShape(0, 0, 8, 116))]
     graphs = StepShaper(EngineConfig.from_flat("tiny", cuda_graphs=True, device="cuda", max_num_seqs=64), tiers, True)
     assert graphs.parts(_scheduled((99, 1), (9, 1), (5, 1))) == [(GRAPH16, StepShape(0, 0, 4, 116))]
-    assert graphs.parts(step)[0][0] == EAGER16  # a mixed step runs eagerly
+    assert graphs.parts(step)[0][0] == EAGER16  # a mixed step runs eagerly without piecewise graphs
+
+
+def test_shape_pads_a_piecewise_step_to_its_bucket_and_runs_a_larger_one_eagerly():
+    tiers = (TierSpec(1024, 16, 100, 0),)
+    config = EngineConfig.from_flat("tiny", cuda_graphs=True, device="cuda", max_num_seqs=64, pad_multiple=8,
+                                    max_cudagraph_capture_size=64)
+    shaper = StepShaper(config, tiers, True, piecewise=True)
+    step = _scheduled((99, 1), (9, 1), (0, 20))  # 22 tokens, padded to 24 (pad_multiple): the bucket of 24
+    assert shaper.parts(step) == [(PIECEWISE16, StepShape(prefill_tokens=22, prefill_attention=400,
+                                                          decode_seqs=2, decode_context=110))]
+    step = _scheduled((99, 1), (0, 34))  # 35 tokens, 40 padded: the bucket of 48 (13 pad rows)
+    assert shaper.parts(step) == [(PIECEWISE16, StepShape(47, 34 * 34, 1, 100))]
+    assert shaper.parts(_scheduled((99, 1), (9, 1), (5, 1))) == [(GRAPH16, StepShape(0, 0, 4, 116))]
+    big = _scheduled((99, 1), (0, 70))  # 71 tokens, 72 padded: past the largest capture (64), eager
+    assert shaper.parts(big) == [(EAGER16, StepShape(71, 70 * 70, 1, 100))]
+    two_tiers = StepShaper(config, (TierSpec(32, 16, 100, 0), TierSpec(1024, 16, 100, 1)), False, piecewise=True)
+    short, long = make_seq(list(range(1, 11)), 0, tier=0), make_seq(list(range(1, 36)), 1, tier=1)
+    step = (ScheduledSeq(short, 9, 1, True), ScheduledSeq(long, 0, 35, True))  # 36 tokens: the bucket of 48
+    assert two_tiers.parts(step) == [(PIECEWISE16, StepShape(12, 0, 1, 10)),  # any tiers replay pieces; the
+                                     (PIECEWISE16, StepShape(35, 35 * 35, 0, 0))]  # pad rows join the first tier
