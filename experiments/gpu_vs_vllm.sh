@@ -12,17 +12,15 @@
 #   bash experiments/gpu_vs_vllm.sh qwen2-7b azure-code --open-repeats 2
 #   bash experiments/gpu_vs_vllm.sh all --open-repeats 2            # all three in one run of bench_vs_vllm
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
+#   bash experiments/gpu_vs_vllm.sh install                         # vLLM alone (for gpu_background.sh)
 #
-# `all` runs longer than a call may (about 16 minutes with two open-loop replays): it starts the benchmark in a
-# session of its own, which outlives the call while the machine stays warm, and waits up to WAIT_S (default 560)
-# seconds; `wait` (carrying nothing) waits again. Each returns the files written so far.
+# `all` runs longer than a call may (about 16 minutes with two open-loop replays): experiments/gpu_background.sh
+# runs it in a session of its own and `wait` (carrying nothing) collects it: $OUT/vs.tar.gz.
 # .whlmini holds the tuner's imports the image lacks for the replay (hydra-core, omegaconf, antlr4);
 # .traces/azure_llm_2023_code.csv the Azure code trace (../shared/traces does not travel).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-run=/tmp/bench-all  # the `all` run's folder: its JSON files, bench.log and, once it ended, rc
-trace=$PWD/.traces/azure_llm_2023_code.csv
-[ -f "$trace" ] || trace=/tmp/azure_llm_2023_code.csv  # `wait` carries nothing: `all` left a copy
+here=$(dirname "$0")
 
 install() {
   if [ ! -d /tmp/vsite/vllm ]; then
@@ -35,31 +33,19 @@ install() {
   python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 }
 
-quiet() { grep -v -E "^\s*$|it/s\]|Capturing|Processed prompts|^ERROR .*async_llm|Task was destroyed|^task: "; }
-
-wait_all() {  # until the `all` run ends or WAIT_S pass; then what it wrote so far comes back
-  for _ in $(seq "${WAIT_S:-560}"); do [ -f $run/rc ] && break; sleep 1; done
-  cp $run/*.json "$out/" 2>/dev/null; touch $run/bench.log; quiet < $run/bench.log > "$out/bench.log"
-  tail -40 "$out/bench.log"
-  if [ -f $run/rc ]; then echo "bench_vs_vllm ended: exit $(cat $run/rc)"
-  else echo "still running: call 'bash experiments/gpu_vs_vllm.sh wait' within 30 s"; fi
-}
-
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
-case "${1:?model, all or wait}" in
+case "${1:?model, all, wait or install}" in
+  install) install ;;
   all)
     shift; install || exit 1
-    rm -rf $run && mkdir -p $run && cp "$trace" /tmp/azure_llm_2023_code.csv
-    # its own session: the call's end does not kill it; it reads the tree's copy, which stays while warm
-    setsid bash -c "python3 -m experiments.bench_vs_vllm --trace /tmp/azure_llm_2023_code.csv --out $run $* \
-      > $run/bench.log 2>&1; echo \$? > $run/rc" < /dev/null > /dev/null 2>&1 &
-    wait_all ;;
-  wait)
-    [ -d $run ] || { echo "no 'all' run on this machine (a fresh machine starts bare)"; exit 1; }
-    wait_all ;;
+    bash "$here/gpu_background.sh" start vs \
+      "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*" ;;
+  wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
     model=$1; workloads=${2:?workloads}; shift 2
     install || exit 1
-    python3 -m experiments.bench_vs_vllm --model "$model" --workloads "$workloads" --trace "$trace" \
-      --out "$out/bench" "$@" 2>&1 | quiet | tee "$out/bench.log" | tail -60 ;;
+    python3 -m experiments.bench_vs_vllm --model "$model" --workloads "$workloads" \
+      --trace .traces/azure_llm_2023_code.csv --out "$out/bench" "$@" 2>&1 \
+      | grep -v -E "^\s*$|it/s\]|Capturing|Processed prompts|^ERROR .*async_llm|Task was destroyed|^task: " \
+      | tee "$out/bench.log" | tail -60 ;;
 esac
