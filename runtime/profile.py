@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import torch
 
-from runtime.config import ConfigError, EngineConfig
+from runtime.config import ConfigError, EngineConfig, KernelConfig
 from runtime.device import describe_device
 from runtime.engine import LLMEngine
 from runtime.memory import GIB, estimate_activation_bytes
@@ -143,17 +143,21 @@ def _knobs(args: ProfileArgs, setting: Setting, cuda: bool) -> dict:
     return knobs
 
 
+def graph_engine_steps(comps: list[Composition], kernel: KernelConfig, piecewise: bool) -> list[Composition]:
+    """What a graphs engine times of `comps`: pure-decode steps (full graphs) and, with `piecewise` graphs, the
+    others up to the capture size (padded to `pad_multiple` as the inputs are); a larger step runs eagerly, as
+    on the eager engine, which times it."""
+    top = kernel.max_cudagraph_capture_size if piecewise else 0
+    pad = kernel.pad_multiple
+    return [c for c in comps if not c.chunks or c.batched_tokens + -c.batched_tokens % pad <= top]
+
+
 def _time_setting(args: ProfileArgs, config: EngineConfig, model, deadline: float) -> list[StepSample]:
     def compositions(engine: LLMEngine) -> list[Composition]:
         s, kernel = config.scheduler, config.kernel
         comps = grid(args.small, engine.max_model_len, s.max_num_seqs, engine.scheduler.budget, args.seed)
-        if not kernel.cuda_graphs:
-            return comps
-        # a graphs engine: pure-decode steps (full graphs) and the others up to its piecewise capture (padded to
-        # pad_multiple as the inputs are); a larger step runs eagerly, as on the eager engine, which times it
-        pad = kernel.pad_multiple
-        return [c for c in comps if not c.chunks or c.batched_tokens + -c.batched_tokens % pad
-                <= (kernel.max_cudagraph_capture_size if engine.runner.piecewise is not None else 0)]
+        return graph_engine_steps(comps, kernel, engine.runner.piecewise is not None) if kernel.cuda_graphs \
+            else comps
 
     return [StepSample(variant, shape, step.seconds)  # the variant of each step's path
             for step in _time_steps(args, config, model, compositions, deadline) for variant, shape in step.parts]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import ConfigError
-from runtime.profile import main, parse_args
+from runtime import ConfigError, EngineConfig
+from runtime.profile import graph_engine_steps, main, parse_args
 from runtime.sim import load_profile
 from runtime.sim.stepmodel import FEATURES
-from runtime.step_timing import StepTimer
+from runtime.step_timing import Composition, StepTimer
 from tests.runtime.sim.sim_factories import TINY_WEIGHT_BYTES
 
 
@@ -81,3 +81,12 @@ def test_a_known_tier_cost_is_measured(monkeypatch, tmp_path):
     out = tmp_path / "tiers.json"
     assert main(["model=tiny", "grid=small", "device=cpu", "repeats=1", f"out={out}"]) == 0
     assert load_profile(out).tier_s == pytest.approx(0.100, abs=0.015)
+
+
+def test_a_graphs_engine_times_decodes_and_the_steps_its_piecewise_graphs_hold():
+    comps = [Composition(decodes=(100,) * 8), Composition(chunks=((0, 60),)), Composition(chunks=((0, 61),)),
+             Composition(decodes=(50,), chunks=((0, 64),)), Composition(chunks=((0, 200),))]
+    kernel = EngineConfig.from_flat("tiny", max_cudagraph_capture_size=64, pad_multiple=8).kernel
+    # 60 tokens pad to 64 (held), 61 and 65 to 64 and 72: the 65 one and the 200 one run eagerly
+    assert graph_engine_steps(comps, kernel, piecewise=True) == comps[:3]
+    assert graph_engine_steps(comps, kernel, piecewise=False) == comps[:1]  # decode graphs alone
