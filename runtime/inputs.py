@@ -13,6 +13,7 @@ from runtime.attention import AttentionMetadata, DecodeBatch, PrefillBatch, Tier
 from runtime.config import KernelConfig
 from runtime.deferred import host_to_device
 from runtime.kv.manager import KVCacheManager
+from runtime.limits import padded_tokens
 from runtime.scheduler import ScheduledSeq
 
 
@@ -98,7 +99,7 @@ def build_inputs(scheduled: tuple[ScheduledSeq, ...], kv: KVCacheManager, kernel
         slot_mapping = _tensor(slots, np.int64, device, non_blocking)
         tiers.append(TierBatch(tier, slice(start, len(ids)), slot_mapping, parts.get(True), parts.get(False)))
     rows = _sample_rows(scheduled)
-    pad = -len(ids) % kernel.pad_multiple  # GEMM-friendly token count; pad rows are in no tier
+    pad = padded_tokens(len(ids), kernel.pad_multiple) - len(ids)  # GEMM-friendly token count; pad rows are in no tier
     meta = AttentionMetadata(tuple(tiers), use_triton, kernel.qk_clip, kernel.flash_min_len, kernel.split_kv_min_len)
     return StepInputs(
         input_ids=_tensor(ids + [0] * pad, np.int64, device, non_blocking),

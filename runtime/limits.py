@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from runtime.scheduler import ScheduledSeq
 
 __all__ = ["MAX_CAPTURED_BATCH", "EngineLimits", "check_tensor_parallel", "decode_graphs_on", "engine_limits",
-           "graph_buckets", "piecewise_buckets", "piecewise_graphs_on"]
+           "graph_buckets", "padded_tokens", "piecewise_bucket", "piecewise_buckets", "piecewise_graphs_on"]
 
 MAX_CAPTURED_BATCH = 512  # larger decode batches run eagerly (vLLM's default largest capture size, too)
 
@@ -113,6 +113,18 @@ def piecewise_graphs_on(kernel: KernelConfig, cuda_triton: bool) -> bool:
     tokens, any tiers): wherever graphs can run (`cuda_triton`) unless `kernel.cuda_graphs` is false or the
     size is 0."""
     return cuda_triton and kernel.cuda_graphs is not False and kernel.max_cudagraph_capture_size > 0
+
+
+def padded_tokens(num_tokens: int, pad_multiple: int) -> int:
+    """A step's token count as its inputs are built: padded up to a multiple of `kernel.pad_multiple`."""
+    return num_tokens + -num_tokens % pad_multiple
+
+
+def piecewise_bucket(sizes: list[int], num_tokens: int) -> int | None:
+    """The piecewise graphs' bucket a step of `num_tokens` (padded) tokens replays: the smallest of `sizes`
+    (ascending, `piecewise_buckets`) that holds it; None past the largest, or with no capture: it runs eagerly."""
+    i = bisect.bisect_left(sizes, num_tokens)
+    return sizes[i] if i < len(sizes) and num_tokens > 0 else None
 
 
 def piecewise_buckets(max_tokens: int) -> list[int]:

@@ -20,12 +20,10 @@ intermediates, in one memory pool shared by all pieces (they never run concurren
 
 from __future__ import annotations
 
-import bisect
-
 import torch
 
 from runtime.attention import AttentionMetadata, KVCache
-from runtime.limits import piecewise_buckets
+from runtime.limits import piecewise_bucket, piecewise_buckets
 from runtime.model.llama import QKV, LlamaForCausalLM
 
 
@@ -57,8 +55,7 @@ class PiecewiseGraphs:
 
     def bucket(self, num_tokens: int) -> int | None:
         """The captured size a step of `num_tokens` replays (None: larger than every capture, run eagerly)."""
-        i = bisect.bisect_left(self.sizes, num_tokens)
-        return self.sizes[i] if i < len(self.sizes) and num_tokens > 0 else None
+        return piecewise_bucket(self.sizes, num_tokens)
 
     def _piece(self, i: int, t: int) -> None:
         """Piece i on the first t rows of the static buffers (see the module's diagram)."""

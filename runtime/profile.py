@@ -39,6 +39,7 @@ import torch
 from runtime.config import ConfigError, EngineConfig, KernelConfig
 from runtime.device import describe_device
 from runtime.engine import LLMEngine
+from runtime.limits import padded_tokens, piecewise_bucket, piecewise_buckets
 from runtime.memory import GIB, estimate_activation_bytes
 from runtime.model.info import model_info
 from runtime.model.loader import load_model
@@ -147,9 +148,9 @@ def graph_engine_steps(comps: list[Composition], kernel: KernelConfig, piecewise
     """What a graphs engine times of `comps`: pure-decode steps (full graphs) and, with `piecewise` graphs, the
     others up to the capture size (padded to `pad_multiple` as the inputs are); a larger step runs eagerly, as
     on the eager engine, which times it."""
-    top = kernel.max_cudagraph_capture_size if piecewise else 0
-    pad = kernel.pad_multiple
-    return [c for c in comps if not c.chunks or c.batched_tokens + -c.batched_tokens % pad <= top]
+    sizes = piecewise_buckets(kernel.max_cudagraph_capture_size) if piecewise else []
+    return [c for c in comps
+            if not c.chunks or piecewise_bucket(sizes, padded_tokens(c.batched_tokens, kernel.pad_multiple))]
 
 
 def _time_setting(args: ProfileArgs, config: EngineConfig, model, deadline: float) -> list[StepSample]:

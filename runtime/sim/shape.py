@@ -8,11 +8,9 @@ smallest bucket that holds that (`runtime.limits.piecewise_buckets`), or runs ea
 
 from __future__ import annotations
 
-import bisect
-
 from runtime.config import EngineConfig
 from runtime.kv.manager import TierSpec
-from runtime.limits import graph_bucket, graph_buckets, piecewise_buckets
+from runtime.limits import graph_bucket, graph_buckets, padded_tokens, piecewise_bucket, piecewise_buckets
 from runtime.scheduler import ScheduledSeq
 from runtime.sim.stepmodel import MODES, StepShape, Variant
 
@@ -46,9 +44,9 @@ class StepShaper:
             for _, acc in shapes:
                 tokens += acc[0] + acc[2]
                 prefill += acc[0]
-            padded = tokens + -tokens % self.pad_multiple
-            i = bisect.bisect_left(self.pieces, padded)
-            mode, rows = ("piecewise", self.pieces[i]) if i < len(self.pieces) else ("eager", padded)
+            padded = padded_tokens(tokens, self.pad_multiple)
+            bucket = piecewise_bucket(self.pieces, padded)
+            mode, rows = ("eager", padded) if bucket is None else ("piecewise", bucket)
             first[0 if prefill else 2] += rows - tokens
         return [(self.variants[tier][mode], StepShape(*acc)) for tier, acc in shapes]
 
