@@ -9,8 +9,9 @@ paged kernel alone, SDPA has no such causal alignment). `--sweep` includes packe
 (`pack_gqa`: a KV head's query heads in one program).
 Reports tokens/s and TFLOP/s (causal: 2 matmuls x 2 FLOP x L(L+1)/2 x D per head) of each and the
 ratio SDPA time / paged time (>= 1.0 means the paged kernel is as fast). The first row per shape is
-the launch `paged_prefill` picks; `--sweep` adds variants. Times are CUDA-graph replays (device time,
-without Python launch overhead, which would dominate the 512-token case).
+the launch the runtime picks (`default_tuning` of the step's `PrefillPlan`); `--sweep` adds variants.
+Times are CUDA-graph replays (device time, without Python launch overhead, which would dominate the
+512-token case).
 """
 
 from __future__ import annotations
@@ -60,14 +61,14 @@ def time_sdpa(seqs: int, length: int, heads: tuple[int, int]) -> float:
 
 
 def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], sweep: bool) -> list[str]:
-    """The launch `paged_prefill` picks (and with `sweep` the variants) on one shape; SDPA beside fresh prompts."""
+    """The launch the runtime picks (and with `sweep` the variants) on one shape; SDPA beside fresh prompts."""
     tokens = seqs * length
     flops = seqs * heads[0] * 4 * HEAD_DIM * length * (prefix + (length + 1) / 2)
     sdpa = time_sdpa(seqs, length, heads) if prefix == 0 else None
     sdpa_cells = "- | - | - | - |" if sdpa is None else \
         f"{sdpa:.3f} | {tokens / sdpa / 1e3:.2f} | {flops / sdpa / 1e9:.0f} |"
     inputs = paged_inputs(seqs, length, prefix, heads)
-    chosen = default_tuning(tokens, seqs)
+    chosen = default_tuning(tokens, seqs, seqs * (prefix + length))  # the runtime's plan passes it the keys
     out = []
     for tuning in [chosen, *(t for t in SWEEP if sweep and t != chosen)]:
         run = lambda t=tuning: launch_paged_prefill(*inputs, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=t)

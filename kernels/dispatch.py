@@ -81,8 +81,8 @@ def prefill_attention(
     flash_min_len: int, use_triton: bool, plan: PrefillPlan | None = None, out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Causal attention for B chunks: query [T, Hq, D] -> [T, Hq, D] (see `paged_prefill`), into `out` when
-    given. `plan`: which chunk takes which path (`plan_prefill`, built once a step); without one it is built
-    here, which reads the lengths back from the device."""
+    given. `plan`: which chunk takes which path and the flash launch (`plan_prefill`, built once a step); without
+    one it is built here, which reads the lengths back from the device."""
     if not use_triton:
         return _into(out, paged_prefill_reference(
             query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip
@@ -92,14 +92,14 @@ def prefill_attention(
     if plan.all_flash:
         return paged_prefill(
             query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip,
-            out=out,
+            out=out, tuning=plan.tuning,
         )
     out = torch.empty_like(query) if out is None else out
     if plan.flash is not None:
         f = plan.flash
         out[f.rows] = paged_prefill(
             query[f.rows], k_cache, v_cache, block_tables[f.seqs], f.starts, context_lens[f.seqs],
-            scale=scale, qk_clip=qk_clip,
+            scale=scale, qk_clip=qk_clip, tuning=plan.tuning,
         )  # fmt: skip
     if plan.short is not None:
         out[plan.short.rows] = _short_prefill(query, k_cache, v_cache, block_tables, plan.short, scale, qk_clip)

@@ -16,6 +16,10 @@ once for the whole group instead of once per query head. Tiles are numbered with
 owns tile numbers starting at qsl[b] // TOKENS + b (TOKENS = BLOCK_M // PACK tokens a tile; enough for its
 ceil(q_len / TOKENS) tiles; spare numbers exit at once), found by binary search. Key tiles before the tile's
 first query position need no causal mask (stage 0); the rest do (stage 1).
+
+The launch (`default_tuning`) follows the host's lengths: packed 128x128 tiles where the cached prefixes are, in
+total, at least as long as the chunks; else 64x64 tiles, 128x128 unpacked where chunks average LONG_CHUNK tokens.
+`paged_prefill` reads no length from the device, so the runtime passes the tuning its step's `PrefillPlan` chose.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._checks import check_cache_pair, check_clip, check_index, check_query, output_for
+from kernels._checks import CacheGeometry, check_cache_pair, check_clip, check_index, check_query, output_for
 from kernels._gather import gather_kv, masked_softmax_attend
 from kernels._softmax_tile import attend_tile, dot_options
 from kernels._triton import kernel_for, next_power_of_2, tl
 
-__all__ = ["PrefillTuning", "default_tuning", "launch_paged_prefill", "paged_prefill", "paged_prefill_reference"]
+__all__ = [
+    "LONG_TUNING", "PREFIXED_TUNING", "SHORT_TUNING", "PrefillTuning", "default_tuning", "for_group",
+    "launch_paged_prefill", "paged_prefill", "paged_prefill_reference",
+]
 
 LOG2E = 1.4426950408889634
 
@@ -48,10 +55,31 @@ class PrefillTuning(NamedTuple):
 SHORT_TUNING = PrefillTuning(block_m=64, block_n=64, num_warps=4, num_stages=3)
 LONG_TUNING = PrefillTuning(block_m=128, block_n=128, num_warps=8, num_stages=3)
 LONG_CHUNK = 4096
+# Chunks after cached prefixes at least as long as themselves: large tiles with packed GQA. Measured on an H100
+# (experiments/RESULTS.md, "Where azure-code's step time goes"; bench-prefill-h100.md, Qwen2-7B's 28 / 4 heads),
+# this against the old default 64x64: 0.276 vs 0.300 ms at 2,048 after 2,048, 0.441 vs 0.485 after 4,096, 0.605
+# vs 0.666 after 6,144, 0.330 vs 0.343 at 2 x 1,024 after 3,072 (4-9%; unpacked 128x128 alone 0.288, 0.456, 0.624,
+# 0.329). Not on fresh prompts, where packing loses: 0.428 vs 0.411 ms at 4 x 2,048, 0.202 vs 0.158 at 16 x 512.
+PREFIXED_TUNING = PrefillTuning(block_m=128, block_n=128, num_warps=8, num_stages=3, pack_gqa=True)
 
 
-def default_tuning(num_tokens: int, num_seqs: int) -> PrefillTuning:
+def default_tuning(num_tokens: int, num_seqs: int, num_keys: int) -> PrefillTuning:
+    """The launch for `num_tokens` query rows in `num_seqs` chunks whose context lengths (each chunk's own
+    tokens included) sum to `num_keys`; 0 keys (not known) gives the rule of fresh prompts."""
+    if num_tokens > 0 and num_keys >= 2 * num_tokens:  # the cached prefixes, in total, as long as the chunks
+        return PREFIXED_TUNING
     return LONG_TUNING if num_tokens >= LONG_CHUNK * max(1, num_seqs) else SHORT_TUNING
+
+
+def for_group(tuning: PrefillTuning, group: int) -> PrefillTuning:
+    """`tuning`, unpacked where its tile cannot hold a token's packed query heads (see `launch_paged_prefill`);
+    PREFIXED_TUNING then becomes LONG_TUNING."""
+    return tuning if _pack(tuning, group) <= tuning.block_m else tuning._replace(pack_gqa=False)
+
+
+def _pack(tuning: PrefillTuning, group: int) -> int:
+    """A tile's rows a token: its GQA group rounded up to a power of two when packed, else 1 (one head a program)."""
+    return next_power_of_2(group) if tuning.pack_gqa else 1
 
 
 def _prefill_kernel(
@@ -163,17 +191,29 @@ def launch_paged_prefill(
     query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None,
     tuning: PrefillTuning, out: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """`paged_prefill` with explicit launch parameters (benchmarks sweep them)."""
+    """`paged_prefill` with explicit launch parameters (benchmarks sweep them); a packed tile too small for the
+    group is an error here."""
     geometry = _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, qk_clip)
+    pack = _pack(tuning, query.shape[1] // geometry.num_kv_heads)
+    if pack > tuning.block_m:
+        raise ValueError(f"paged_prefill: pack_gqa puts {pack} query heads in a tile of block_m {tuning.block_m}")
+    return _launch(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, geometry, scale, qk_clip,
+                   tuning, out)
+
+
+def _launch(
+    query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor, context_lens: torch.Tensor, geometry: CacheGeometry, scale: float,
+    qk_clip: float | None, tuning: PrefillTuning, out: torch.Tensor | None,
+) -> torch.Tensor:  # fmt: skip
+    """The launch, on checked arguments and a tuning whose tile holds the packed group."""
     num_tokens, num_heads, head_dim = query.shape
     batch = block_tables.shape[0]
     out = output_for("paged_prefill", query, out)
     if num_tokens == 0 or batch == 0:
         return out
     group = num_heads // geometry.num_kv_heads
-    pack = next_power_of_2(group) if tuning.pack_gqa else 1
-    if pack > tuning.block_m:
-        raise ValueError(f"paged_prefill: pack_gqa puts {pack} query heads in a tile of block_m {tuning.block_m}")
+    pack = _pack(tuning, group)
     kernel = kernel_for(_prefill_kernel, query.device)
     kernel[(num_tokens // (tuning.block_m // pack) + batch, geometry.num_kv_heads if pack > 1 else num_heads)](
         query, k_cache, v_cache, out, block_tables, query_start_loc, context_lens,
@@ -191,29 +231,24 @@ def launch_paged_prefill(
 def paged_prefill(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None = None,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, tuning: PrefillTuning | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Causal prefill attention over the paged cache (Triton).
 
     query [T, Hq, D] (the chunks of B sequences, concatenated); block_tables [B, max_blocks] int32;
     query_start_loc [B+1] int32 (chunk b is rows qsl[b]:qsl[b+1]); context_lens [B] int32 (total
     positions of b including its chunk, whose K/V are already in the cache). Returns [T, Hq, D]: `out` when
-    given (written in place), else a new tensor.
+    given (written in place), else a new tensor. `tuning`: the launch, from the host's lengths (`PrefillPlan`);
+    without one, `default_tuning` without the keys, which only the device holds here. Packing that the group
+    does not fit falls back to the unpacked launch (`for_group`).
     Never synchronizes with the device.
     """
-    tuning = default_tuning(query.shape[0], block_tables.shape[0])
-    return launch_paged_prefill(
-        query,
-        k_cache,
-        v_cache,
-        block_tables,
-        query_start_loc,
-        context_lens,
-        scale=scale,
-        qk_clip=qk_clip,
-        tuning=tuning,
-        out=out,
-    )
+    geometry = _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, qk_clip)
+    if tuning is None:
+        tuning = default_tuning(query.shape[0], block_tables.shape[0], 0)
+    tuning = for_group(tuning, query.shape[1] // geometry.num_kv_heads)
+    return _launch(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, geometry, scale, qk_clip,
+                   tuning, out)
 
 
 def paged_prefill_reference(

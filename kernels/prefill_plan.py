@@ -8,7 +8,8 @@ from pageable memory waits for the device): measured on an H200, a Llama-3-8B st
 took 3-4x its predicted time. `plan_prefill` builds it once a step from the host lists the input
 builder already has (`runtime.inputs`), its index tensors copied without waiting for the device;
 `prefill_attention` builds it per call when given none. The threshold of 1 sends every chunk to flash, the
-faster path at every chunk length measured on an H200.
+faster path at every chunk length measured on an H200. The plan also carries the flash launch's tuning, which
+depends on the chunks' context lengths (`default_tuning`): only the host has them without a device sync.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+
+from kernels.paged_prefill import PrefillTuning, default_tuning
 
 __all__ = ["FlashChunks", "PrefillPlan", "ShortChunks", "plan_prefill"]
 
@@ -44,20 +47,22 @@ class PrefillPlan(NamedTuple):
     all_flash: bool  # every chunk takes the flash kernel: the whole batch in one launch
     flash: FlashChunks | None
     short: ShortChunks | None
+    tuning: PrefillTuning  # the flash launch's, from the flash chunks' lengths (unused when there are none)
 
 
 def plan_prefill(query_start_loc: list[int], context_lens: list[int], flash_min_len: int,
                  device: torch.device) -> PrefillPlan:
     """The paths of a prefill batch from its offsets [B + 1] and context lengths [B], on the host."""
     q_lens = np.diff(np.asarray(query_start_loc, dtype=np.int64))
+    ctx = np.asarray(context_lens, dtype=np.int64)
     flash = np.flatnonzero(q_lens >= flash_min_len)
     short = np.flatnonzero((q_lens > 0) & (q_lens < flash_min_len))
+    tuning = default_tuning(int(q_lens[flash].sum()), len(flash), int(ctx[flash].sum()))
     if len(flash) == len(q_lens):
-        return PrefillPlan(True, None, None)
+        return PrefillPlan(True, None, None, tuning)
     starts = np.asarray(query_start_loc[:-1], dtype=np.int64)
     return PrefillPlan(False, _flash(flash, starts, q_lens, device) if len(flash) else None,
-                       _short(short, starts, q_lens, np.asarray(context_lens, dtype=np.int64), device)
-                       if len(short) else None)
+                       _short(short, starts, q_lens, ctx, device) if len(short) else None, tuning)
 
 
 def _rows(seqs: np.ndarray, starts: np.ndarray, q_lens: np.ndarray) -> np.ndarray:

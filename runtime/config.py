@@ -177,6 +177,10 @@ class KernelConfig:
     # code runs the larger steps. Here 2048, the default token budget: every step of a default engine replays a
     # graph (an eager step's launches can outlast its kernels: experiments/RESULTS.md).
     max_cudagraph_capture_size: int = 2048
+    # steps of at most 16 rows (decodes of few sequences) may run each projection as the skinny Triton GEMM where,
+    # timed against cuBLAS on this GPU when the engine starts, it was faster (runtime/skinny.py); CUDA with Triton
+    # attention only, inert elsewhere; false: cuBLAS always
+    skinny_gemm: bool = True
     # top-k rows: select the k in fp16, softmax in fp32 over them, batched
     sampler_half_topk: bool = field(default=False, metadata={NEUTRAL: False})
 

@@ -21,6 +21,7 @@ from runtime.limits import decode_graphs_on, piecewise_graphs_on
 from runtime.model.llama import LlamaForCausalLM
 from runtime.piecewise import PiecewiseGraphs
 from runtime.scheduler import SchedulerOutput
+from runtime.skinny import clear_skinny, pick_skinny
 
 
 def allocate_caches(layout: tuple[int, int, int], block_sizes: Iterable[int], num_blocks: Iterable[int],
@@ -82,6 +83,7 @@ class ModelRunner:
         self.cpu_caches = allocate_caches(model.layout, sizes, num_cpu_blocks, kv_dtype, torch.device("cpu"),
                                           swap=True)
         cuda_triton = device.type == "cuda" and self.use_triton
+        self.skinny = pick_skinny(model) if cuda_triton and kernel.skinny_gemm else clear_skinny(model)
         graphs = decode_graphs_on(kernel, len(kv.tiers), cuda_triton)
         self.graphs = self._decode_graphs(max_num_seqs) if graphs else None
         self.piecewise = PiecewiseGraphs(model, kernel.max_cudagraph_capture_size, device) \

@@ -2,18 +2,22 @@
 the first real batch compiles no Triton kernel.
 
 The kernels specialise on what a step's composition decides: the prefill tuning (long chunks of one
-sequence, or many short ones), one sequence or several (Triton specialises an integer argument equal to
-1), split-KV decode above `split_kv_min_len` or not, one tier or several. Three rounds cover them:
+sequence, many short ones, or chunks after cached prefixes), one sequence or several (Triton specialises an
+integer argument equal to 1), split-KV decode above `split_kv_min_len` or not, one tier or several. Four rounds
+cover them:
 
     round 1   prompts of 3, 17, 100, 600 tokens and one past split_kv_min_len together: a mixed step of
               several short chunks, then decodes with and without split-KV
     round 2   the long prompt alone: one long chunk of one sequence (of the flash kernel's long-chunk
               launch too, where the token budget allows a chunk that long)
     round 3   a short prompt alone: a short chunk of one sequence, then single decodes
+    round 4   where chunked prefill splits a prompt: one of the token budget + 2 tokens, whose second step is a
+              2-token chunk after the first (the flash kernel's launch after a cached prefix, `PREFIXED_TUNING`)
 
-Each request generates 3 tokens, EOS ignored; the engine is reset afterwards (empty pool and prefix cache,
-fresh totals), so nothing of the warm-up is visible to what runs next. A few seconds once the kernels are in
-Triton's disk cache.
+Every prompt starts at its own offset of one token sequence, so none hits the prefix cache (a hit would shorten
+its chunk). Each request generates 3 tokens, EOS ignored; the engine is reset afterwards (empty pool and prefix
+cache, fresh totals), so nothing of the warm-up is visible to what runs next. A few seconds once the kernels are
+in Triton's disk cache.
 """
 
 from __future__ import annotations
@@ -37,15 +41,23 @@ def warm_up(engine: LLMEngine) -> None:
     if engine.scheduler.budget >= LONG_CHUNK:
         long_len = min(longest, max(long_len, LONG_CHUNK))
     short = [min(n, longest) for n in _SHORT]
-    for round_lengths in ([*short, long_len], [long_len], [short[1]]):
-        _run(engine, round_lengths)
+    rounds = [[*short, long_len], [long_len], [short[1]]]
+    prefixed = engine.scheduler.budget + 2
+    if engine.scheduler.chunked and prefixed <= longest:
+        rounds.append([prefixed])
+    first = 0
+    for round_lengths in rounds:
+        _run(engine, round_lengths, first)
+        first += len(round_lengths)
     engine.reset()
 
 
-def _run(engine: LLMEngine, lengths: list[int]) -> None:
+def _run(engine: LLMEngine, lengths: list[int], first: int) -> None:
+    """Prompts `first`, `first` + 1, ...: prompt i starts at offset i of one token sequence (its first block
+    matches no earlier prompt's)."""
     params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.FINAL_ONLY)
     vocab = engine.vocab_size
-    for i, n in enumerate(lengths):
+    for i, n in enumerate(lengths, start=first):
         engine.add_request(f"warm-up-{i}", [(7 + 31 * (i + j)) % vocab for j in range(n)], params)
     while engine.has_unfinished_requests():
         engine.step()

@@ -16,6 +16,7 @@ from torch import nn
 from kernels import apply_rotary, rms_norm, silu_and_mul
 from kernels.norm import NormOutput
 from runtime.attention import AttentionMetadata, KVCache, paged_attention
+from runtime.model.linear import Linear
 from runtime.model.rope import Rope, RotaryEmbedding
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -43,16 +44,6 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps, residual, use_triton=use_triton, residual_out=residual_out)
 
 
-def linear_into(layer: nn.Linear, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    """`layer(x)` for x [T, in], written into `out` [T, out_features] when given: the GEMM `F.linear` runs
-    (addmm with a bias, mm without), so the values are the same."""
-    if out is None:
-        return layer(x)
-    if layer.bias is None:
-        return torch.mm(x, layer.weight.t(), out=out)
-    return torch.addmm(layer.bias, x, layer.weight.t(), out=out)
-
-
 class Attention(nn.Module):
     def __init__(self, config, layer_idx: int) -> None:
         super().__init__()
@@ -65,15 +56,15 @@ class Attention(nn.Module):
         out_bias = config.model_type != "qwen2" and bool(getattr(config, "attention_bias", False))
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.split = (q_size, kv_size, kv_size)
-        self.qkv_proj = nn.Linear(config.hidden_size, sum(self.split), bias=qkv_bias)
-        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=out_bias)
+        self.qkv_proj = Linear(config.hidden_size, sum(self.split), bias=qkv_bias)
+        self.o_proj = Linear(q_size, config.hidden_size, bias=out_bias)
 
     def project(self, x: torch.Tensor, rope: Rope, use_triton: bool, out: torch.Tensor | None = None) -> QKV:
         """q, k (rotated, in one launch: the first Hq + Hkv heads of the fused projection) and v of x [T, H]:
         what the attention itself reads; views of `out` [T, (Hq + 2 Hkv) * D] when given (the Triton rotary
         works in place)."""
         t, heads, d = x.shape[0], self.num_heads + self.num_kv_heads, self.head_dim
-        qkv = linear_into(self.qkv_proj, x, out)  # [T, Hq*D | Hkv*D | Hkv*D]
+        qkv = self.qkv_proj(x, out)  # [T, Hq*D | Hkv*D | Hkv*D]
         rows = qkv[:, : heads * d].view(t, heads, d)
         qk = apply_rotary(rows, *rope, use_triton=use_triton)
         if out is not None and qk is not rows:  # the torch reference returns a new tensor: the caller reads `out`
@@ -96,8 +87,8 @@ class MLP(nn.Module):
         super().__init__()
         bias = bool(getattr(config, "mlp_bias", False))
         self.intermediate = config.intermediate_size
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate, bias=bias)
-        self.down_proj = nn.Linear(self.intermediate, config.hidden_size, bias=bias)
+        self.gate_up_proj = Linear(config.hidden_size, 2 * self.intermediate, bias=bias)
+        self.down_proj = Linear(self.intermediate, config.hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor, use_triton: bool) -> torch.Tensor:
         return self.down_proj(silu_and_mul(self.gate_up_proj(x), use_triton=use_triton))
@@ -155,7 +146,7 @@ class LlamaForCausalLM(nn.Module):
             raise ValueError(f"model_type {config.model_type!r} is not supported; use one of {SUPPORTED_MODEL_TYPES}")
         self.config = config
         self.model = Backbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if getattr(config, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rotary = RotaryEmbedding(config)

@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from runtime.distributed.group import RankGroup
+from runtime.model.linear import Linear
 from runtime.model.llama import MLP, Attention, LlamaForCausalLM
 
 __all__ = ["RowParallelLinear", "VocabParallelHead", "shard_model"]
@@ -61,10 +62,10 @@ def _heads(rank: int, size: int, count: int, head_dim: int) -> slice:
     return slice(rank * per * head_dim, (rank + 1) * per * head_dim)
 
 
-def _rows(linear: nn.Linear, parts: list[slice]) -> nn.Linear:
+def _rows(linear: Linear, parts: list[slice]) -> Linear:
     """A new linear layer made of `linear`'s output rows `parts`, in that order (column-parallel)."""
     weight = torch.cat([linear.weight[p] for p in parts])
-    out = nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None,
+    out = Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None,
                     device=weight.device, dtype=weight.dtype)
     out.weight = nn.Parameter(weight, requires_grad=False)
     if linear.bias is not None:

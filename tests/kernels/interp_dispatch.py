@@ -10,7 +10,8 @@ import pytest
 import torch
 from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_error
 
-from kernels import decode_attention, plan_prefill, prefill_attention, write_kv
+from kernels import decode_attention, dispatch, plan_prefill, prefill_attention, write_kv
+from kernels.paged_prefill import PREFIXED_TUNING, SHORT_TUNING
 
 
 @pytest.mark.parametrize("clip", [None, 0.5])
@@ -65,6 +66,31 @@ def test_a_plan_built_once_gives_the_same_output_and_reads_nothing_back_from_the
     assert torch.equal(planned, unplanned)
     ref = prefill_attention(*args, scale=0.25, qk_clip=None, flash_min_len=10, use_triton=False)
     assert rel_error(planned, ref) < 1e-5
+
+
+@pytest.mark.parametrize(("flash_min_len", "tuning"), [(1, PREFIXED_TUNING), (10, SHORT_TUNING)])
+def test_the_flash_launch_takes_the_plans_tuning(monkeypatch, flash_min_len: int, tuning) -> None:
+    """Chunks after long cached prefixes: all flash, the batch is prefixed (PREFIXED_TUNING, which the kernel
+    cannot tell from the device lengths without a sync); with flash_min_len 10 the flash sub-batch is the fresh
+    12-token prompt alone (SHORT_TUNING), the 3- and 2-token chunks going to SDPA."""
+    q_lens, lens = [12, 3, 2], [12, 200, 150]
+    kv = make_paged_kv(lens, block_size=16, num_kv_heads=2, head_dim=16, cache_dtype=torch.float32)
+    query = make_query(sum(q_lens), 8, 16, torch.float32)
+    qsl = query_start_loc(q_lens)
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, qsl, kv.context_lens)
+    plan = plan_prefill(qsl.tolist(), kv.context_lens.tolist(), flash_min_len, query.device)
+    assert plan.tuning is tuning
+    launched, real = [], dispatch.paged_prefill
+
+    def spy(*a, **kw):
+        launched.append(kw["tuning"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(dispatch, "paged_prefill", spy)
+    out = prefill_attention(*args, scale=0.25, qk_clip=None, flash_min_len=flash_min_len, use_triton=True, plan=plan)
+    assert launched == [tuning]
+    ref = prefill_attention(*args, scale=0.25, qk_clip=None, flash_min_len=flash_min_len, use_triton=False)
+    assert rel_error(out, ref) < 1e-5
 
 
 def _forbidden(*_args, **_kwargs):

@@ -13,7 +13,14 @@ import pytest
 import torch
 from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_error
 
-from kernels.paged_prefill import PrefillTuning, launch_paged_prefill, paged_prefill, paged_prefill_reference
+from kernels.paged_prefill import (
+    PREFIXED_TUNING,
+    PrefillTuning,
+    default_tuning,
+    launch_paged_prefill,
+    paged_prefill,
+    paged_prefill_reference,
+)
 
 SMALL = PrefillTuning(block_m=16, block_n=16, num_warps=4, num_stages=1)  # many tiles per sequence
 F32, F16, FP8 = torch.float32, torch.float16, torch.float8_e4m3fn
@@ -55,6 +62,38 @@ def test_paged_prefill_matches_reference(tuning, dtype, cache_dtype, block_size,
     assert out.dtype == dtype and out.shape == query.shape
     assert not out.isnan().any()
     assert rel_error(out, ref) < TOLERANCE[dtype]
+
+
+PREFIXED_CASES = [  # (query dtype, cache dtype, block_size, group, chunk lens, context lens, qk_clip): prefixed batches
+    (F32, F32, 16, 7, [20, 3, 40], [150, 200, 300], None),  # 16 tokens x 8 rows a tile; contexts over 3 key tiles
+    (F32, F32, 4, 4, [37, 2], [170, 9], 0.5),  # 32 tokens x 4 rows; one chunk fresh, the batch still prefixed
+    (F16, F16, 16, 4, [24, 9], [300, 40], None),
+]
+
+
+@pytest.mark.parametrize(("dtype", "cache_dtype", "block_size", "group", "q_lens", "lens", "clip"), PREFIXED_CASES)
+def test_the_prefixed_launch_matches_reference(dtype, cache_dtype, block_size, group, q_lens, lens, clip) -> None:
+    """`PREFIXED_TUNING` (128x128 tiles, packed GQA), the launch the plan picks for chunks after cached prefixes at
+    least as long: through `paged_prefill` as the runtime passes it, and explicitly."""
+    assert default_tuning(sum(q_lens), len(q_lens), sum(lens)) is PREFIXED_TUNING
+    kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=2, head_dim=16, cache_dtype=cache_dtype)
+    query = make_query(sum(q_lens), 2 * group, 16, dtype)
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens), kv.context_lens)
+    ref = paged_prefill_reference(*args, scale=0.25, qk_clip=clip)
+    out = paged_prefill(*args, scale=0.25, qk_clip=clip, tuning=PREFIXED_TUNING)
+    assert not out.isnan().any()
+    assert rel_error(out, ref) < TOLERANCE[dtype]
+    assert torch.equal(launch_paged_prefill(*args, scale=0.25, qk_clip=clip, tuning=PREFIXED_TUNING), out)
+
+
+def test_paged_prefill_unpacks_a_tuning_whose_tile_is_too_small_for_the_group() -> None:
+    """Where `launch_paged_prefill` refuses (below), `paged_prefill` runs the tuning unpacked."""
+    kv = make_paged_kv([40], block_size=4, num_kv_heads=1, head_dim=16, cache_dtype=F32)
+    query = make_query(8, 32, 16, F32)
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc([8]), kv.context_lens)
+    out = paged_prefill(*args, scale=0.25, tuning=PACKED)
+    assert torch.equal(out, launch_paged_prefill(*args, scale=0.25, qk_clip=None, tuning=SMALL))
+    assert rel_error(out, paged_prefill_reference(*args, scale=0.25)) < 1e-5
 
 
 def test_packed_gqa_needs_a_tile_of_at_least_the_group() -> None:

@@ -9,7 +9,8 @@ from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_err
 from kernels import paged_decode, paged_decode_reference, paged_prefill, paged_prefill_reference, prefill_attention
 from kernels.kv_write import write_kv, write_kv_reference
 from kernels.paged_decode import DecodeTuning, launch_paged_decode
-from kernels.paged_prefill import PrefillTuning, launch_paged_prefill
+from kernels.paged_prefill import PREFIXED_TUNING, PrefillTuning, launch_paged_prefill
+from kernels.skinny_gemm import CANDIDATES, SkinnyTuning, skinny_linear
 
 pytestmark = [
     pytest.mark.gpu,
@@ -96,7 +97,8 @@ def test_paged_prefill_bf16(block_size: int, group: int, clip: float | None, cac
 
 
 @pytest.mark.parametrize("group", [4, 7])
-@pytest.mark.parametrize("tuning", [PrefillTuning(64, 64, 4, 3, True), PrefillTuning(128, 64, 8, 3, True)])
+@pytest.mark.parametrize("tuning", [PrefillTuning(64, 64, 4, 3, True), PrefillTuning(128, 64, 8, 3, True),
+                                    PREFIXED_TUNING])
 def test_packed_gqa_prefill_bf16(group: int, tuning: PrefillTuning) -> None:
     """The query heads of a KV head in one program (Llama-3-8B's group of 4, Qwen2-7B's of 7, padded to 8)."""
     q_lens, lens = [1, 37, 300, 2048, 129], [1, 100, 1000, 6000, 700]
@@ -184,3 +186,31 @@ def test_silu_and_mul_bf16() -> None:
     out, ref = silu_and_mul(x), silu_and_mul_reference(x)
     assert not out.isnan().any() and rel_error(out, ref) <= 1e-2
     assert (out == ref).float().mean() >= 0.99
+
+
+@pytest.mark.parametrize("tuning", CANDIDATES)
+@pytest.mark.parametrize(("rows", "n", "k", "bias"), [(1, 4608, 3584, True), (5, 3584, 18944, False),
+                                                      (16, 1000, 576, False)])
+def test_skinny_linear_bf16_every_candidate(tuning: SkinnyTuning, rows: int, n: int, k: int, bias: bool) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    x = torch.randn(rows, k, device="cuda", dtype=BF16, generator=gen)
+    w = torch.randn(n, k, device="cuda", dtype=BF16, generator=gen) * k**-0.5
+    b = torch.randn(n, device="cuda", dtype=BF16, generator=gen) if bias else None
+    out = skinny_linear(x, w, b, tuning=tuning)
+    ref = torch.nn.functional.linear(x.float(), w.float(), None if b is None else b.float())
+    assert rel_error(out, ref) <= 1e-2
+    alone = skinny_linear(x[-1:], w, b, tuning=tuning)  # a row's value does not depend on the others
+    assert torch.equal(alone[0], out[-1])
+
+
+def test_skinny_linear_replays_under_cuda_graph() -> None:
+    x = torch.randn(2, 512, device="cuda", dtype=BF16)
+    w = torch.randn(768, 512, device="cuda", dtype=BF16)
+    out = torch.empty(2, 768, device="cuda", dtype=BF16)
+    skinny_linear(x, w, out=out)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        skinny_linear(x, w, out=out)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    assert torch.equal(out, skinny_linear(x, w))

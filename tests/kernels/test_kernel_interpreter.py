@@ -21,6 +21,7 @@ HERE = Path(__file__).parent
 
 CASES = [
     "interp_kv_write.py", "interp_paged_decode.py", "interp_paged_prefill.py", "interp_dispatch.py", "interp_layers.py",
+    "interp_skinny.py",
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels.paged_prefill import PREFIXED_TUNING, SHORT_TUNING
 from runtime.config import KernelConfig
 from runtime.inputs import build_inputs
 from runtime.scheduler import ScheduledSeq
@@ -31,6 +32,7 @@ def test_the_triton_path_gets_the_prefill_paths_planned_once_a_step():
     short = plan.short
     assert (short.seqs.tolist(), short.padded_rows.tolist(), short.max_ctx) == ([0], [[0, 1, 2, 3, 4]], 8)
     assert short.visible.sum(dim=-1).tolist() == [[4, 5, 6, 7, 8]]  # positions 3..7 see up to themselves
+    assert plan.tuning is SHORT_TUNING  # the flash chunk alone: a fresh 20-token prompt
 
 
 def test_the_torch_path_plans_nothing():
@@ -44,4 +46,17 @@ def test_by_default_every_chunk_takes_the_flash_kernel_in_one_launch():
     kv = make_manager(block_size=4, num_blocks=16)
     assert KernelConfig().flash_min_len == 1
     plan = build_inputs(_step(kv), kv, KernelConfig(), True, torch.device("cpu")).meta.tiers[0].prefill.plan
-    assert plan == (True, None, None)
+    assert plan == (True, None, None, SHORT_TUNING)  # 25 tokens over 28 keys: mostly fresh
+
+
+def test_the_plan_tunes_the_flash_launch_from_the_host_context_lengths():
+    """A 9-token chunk after 20 cached tokens beside a 4-token prompt: 13 tokens over 33 keys, the cached prefix
+    longer than the chunks, so the flash launch packs (`PREFIXED_TUNING`), which only the host's lengths show."""
+    kv = make_manager(block_size=4, num_blocks=16)
+    seqs = [make_seq(list(range(1, 30)), 0), make_seq(list(range(1, 5)), 1)]
+    scheduled = (ScheduledSeq(seqs[0], 20, 9, True), ScheduledSeq(seqs[1], 0, 4, True))
+    for s in scheduled:
+        assert kv.try_allocate(s.seq, s.start + s.num_new_tokens) is not None
+    prefill = build_inputs(scheduled, kv, KernelConfig(), True, torch.device("cpu")).meta.tiers[0].prefill
+    assert (prefill.query_start_loc.tolist(), prefill.context_lens.tolist()) == ([0, 9, 13], [29, 4])
+    assert prefill.plan == (True, None, None, PREFIXED_TUNING)

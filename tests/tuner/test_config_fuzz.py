@@ -105,6 +105,7 @@ ENGINE_BAD: dict[str, st.SearchStrategy] = {
     "kernel.pad_multiple": ints_below(1),
     "kernel.cuda_graphs": not_bool(nullable=True),
     "kernel.sampler_half_topk": not_bool(),
+    "kernel.skinny_gemm": not_bool(),
     "device": st.one_of(TEXT.filter(lambda s: not re.fullmatch(r"auto|cpu(:\d+)?|cuda(:\d+)?", s)),
                         st.sampled_from(["cuda:x", "cpu:", "cuda:-1", "tpu", "cuda:0 "]), not_str()),
     "seed": not_int(),
