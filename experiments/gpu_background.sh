@@ -8,7 +8,8 @@
 # Each command runs from the tree's root under bash with JOB set to its own folder (/tmp/bg-NAME/K, K = 1, 2,
 # ...), its output in JOB/log, its exit status in JOB/rc. `start` and `wait` return when every command has ended
 # or after WAIT_S seconds (default 560): the logs' last lines, and NAME.tar.gz under $OUT holding every job
-# folder as it stands (a call brings back at most 8 files). Environment (PYTHONPATH and the like) is the
+# folder as it stands (a call brings back at most 8 files); each log line cut to WIDTH (200) characters, so the
+# reply reads quickly: the machine is released 30 s after a call. Environment (PYTHONPATH and the like) is the
 # caller's, exported before `start`. Example, the issue-28 session (vLLM installed by gpu_vs_vllm.sh):
 #   bash experiments/gpu_vs_vllm.sh install && export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 &&
 #   bash experiments/gpu_background.sh start s28 \
@@ -24,7 +25,8 @@ report() {  # until every command has ended or WAIT_S pass; then what is there c
   for job in $dir/[0-9]*; do
     [ -d "$job" ] || continue
     echo "== $(basename "$job"): $(cat "$job/cmd")"
-    tail -n "${TAIL:-15}" "$job/log" 2>/dev/null | grep -v -E "it/s\]|Capturing|Processed prompts"
+    # short lines: the next call must come within 30 s of this one's end, reading included
+    tail -n "${TAIL:-15}" "$job/log" 2>/dev/null | grep -v -E "it/s\]|Capturing|Processed prompts" | cut -c1-"${WIDTH:-200}"
     [ -f "$job/rc" ] && echo "-- exit $(cat "$job/rc")"
   done
   tar -czf "$out/$name.tar.gz" -C /tmp "bg-$name"

@@ -9,6 +9,14 @@ RESULTS.md, "Where azure-code's step time goes"). This kernel streams the weight
     and walks K in BLOCK_K steps:   acc [16, BLOCK_N] += x [16, BLOCK_K] @ w [BLOCK_N, BLOCK_K]^T
     rows of x past M are masked to 0 (tl.dot needs 16 rows; the arithmetic is free, the bytes are w's)
 
+A narrow weight (qkv, o_proj: N = 3,584-4,608) gives one program per BLOCK_N columns too few programs to keep an
+H100's 132 SMs streaming (cuBLAS reached 55-64% of the bandwidth there, this form 35-40%). Split-K launches
+`split_k` programs per column block, each over one contiguous slice of K, writing fp32 partials [split_k, M, N];
+a second launch sums them in split order, adds the bias and casts:
+
+    program (p, s): acc [16, BLOCK_N] over k in [s * K_SPLIT, (s + 1) * K_SPLIT)  ->  partial[s]
+    reduce:         out = sum_s partial[s] (+ bias), s = 0, 1, ... in turn
+
 Each output row is the same fp32 accumulation whatever M is (the padded rows never enter another row's
 dot), so a sequence's logits do not depend on how many others share its step. Which launch is fastest, and
 whether it beats cuBLAS at all, depends on the shape and the GPU: the runtime times them when an engine
@@ -37,6 +45,7 @@ class SkinnyTuning(NamedTuple):
     block_k: int  # weight columns per step of the K loop
     num_warps: int
     num_stages: int
+    split_k: int = 1  # programs per column block, each over a slice of K (fp32 partials, then a reduce launch)
 
 
 # Few, different-shaped candidates: narrow tiles give a short projection (N = 3,584) enough programs to keep
@@ -47,11 +56,14 @@ CANDIDATES = (
     SkinnyTuning(32, 256, 4, 4),
     SkinnyTuning(32, 512, 8, 3),
     SkinnyTuning(64, 256, 8, 3),
+    SkinnyTuning(32, 256, 4, 3, split_k=4),
+    SkinnyTuning(16, 128, 4, 3, split_k=8),
 )
+REDUCE_BLOCK = 128  # output columns per program of the split-K reduce
 
 
 def _skinny_kernel(
-    x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+    x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, K_SPLIT, stride_xm, stride_wn, stride_os, stride_om,
     HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     offs_m = tl.arange(0, 16)
@@ -61,20 +73,41 @@ def _skinny_kernel(
     n_mask = offs_n < N
     x_rows = x_ptr + offs_m[:, None] * stride_xm
     w_rows = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn  # why int64: N * K passes 2**31 in an LM head
+    k_start = tl.program_id(1) * K_SPLIT  # K_SPLIT = K without split-K
+    k_end = tl.minimum(k_start + K_SPLIT, K)
     acc = tl.zeros([16, BLOCK_N], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_start, k_end, BLOCK_K):
         k = k0 + offs_k
-        k_mask = k < K
+        k_mask = k < k_end
         x = tl.load(x_rows + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)  # [16, BLOCK_K]
         w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)  # [BLOCK_N, BLOCK_K]
         acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=m_mask[:, None] & n_mask[None, :])
+    out_rows = out_ptr + tl.program_id(1) * stride_os + offs_m[:, None] * stride_om
+    tl.store(out_rows + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
 
 
 _skinny_kernel.do_not_specialize = ("M",)  # one compiled form for every row count
+
+
+def _split_reduce_kernel(
+    part_ptr, b_ptr, out_ptr, M, N, stride_ps, stride_pm, stride_om,
+    SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    offs_m = tl.arange(0, 16)
+    offs_n = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    parts = part_ptr + offs_m[:, None] * stride_pm + offs_n[None, :]
+    acc = tl.zeros([16, BLOCK], tl.float32)
+    for s in tl.static_range(SPLIT_K):  # in split order: a row's sum does not depend on the other rows
+        acc += tl.load(parts + s * stride_ps, mask=mask, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_split_reduce_kernel.do_not_specialize = ("M",)
 
 
 def _fail(message: str) -> None:
@@ -112,19 +145,41 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     """Triton: x [M, K] (M <= MAX_ROWS) @ weight [N, K]^T + bias [N] -> [M, N], written into `out` when given
     (a view of a larger buffer is fine). Never synchronizes with the device."""
     _check(x, weight, bias)
+    if tuning.split_k < 1 or tuning.block_n < 16 or tuning.block_k < 16:
+        _fail(f"tuning needs split_k >= 1 and tiles of at least 16 (tl.dot's), got {tuning}")
     n = weight.shape[0]
     out = _output(x, n, out)
     if x.shape[0] == 0 or n == 0:
         return out
-    kernel = kernel_for(_skinny_kernel, x.device)
-    kernel[(-(-n // tuning.block_n),)](
-        x, weight, weight if bias is None else bias, out, x.shape[0], n, x.shape[1],
-        x.stride(0), weight.stride(0), out.stride(0),
+    if tuning.split_k == 1:
+        _launch(x, weight, bias, out, tuning, k_split=x.shape[1])
+        return out
+    # the partials of every row the kernel computes: rows past M are masked on store and load alike
+    parts = torch.empty(tuning.split_k, x.shape[0], n, dtype=torch.float32, device=x.device)
+    k_split = _cdiv(_cdiv(x.shape[1], tuning.split_k), tuning.block_k) * tuning.block_k  # whole steps of the loop
+    _launch(x, weight, None, parts, tuning, k_split=k_split)
+    kernel_for(_split_reduce_kernel, x.device)[(_cdiv(n, REDUCE_BLOCK),)](
+        parts, weight if bias is None else bias, out, x.shape[0], n, parts.stride(0), parts.stride(1), out.stride(0),
+        SPLIT_K=tuning.split_k, HAS_BIAS=bias is not None, BLOCK=REDUCE_BLOCK, num_warps=4,
+    )  # fmt: skip
+    return out
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
+            tuning: SkinnyTuning, *, k_split: int) -> None:
+    """The GEMM launch: `out` [M, N] (bias added, cast), or with split-K the fp32 partials [split_k, M, N]."""
+    n = weight.shape[0]
+    kernel_for(_skinny_kernel, x.device)[(_cdiv(n, tuning.block_n), tuning.split_k)](
+        x, weight, weight if bias is None else bias, out, x.shape[0], n, x.shape[1], k_split,
+        x.stride(0), weight.stride(0), out.stride(0) if out.dim() == 3 else 0, out.stride(-2),
         HAS_BIAS=bias is not None, BLOCK_N=tuning.block_n, BLOCK_K=tuning.block_k,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=tuning.num_warps, num_stages=tuning.num_stages,
     )  # fmt: skip
-    return out
 
 
 def skinny_linear_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -68,3 +68,37 @@ def test_linear_layer_routes_its_picked_buckets_to_the_skinny_kernel() -> None:
     with torch.no_grad():
         assert torch.equal(layer(x2), skinny_linear(x2, layer.weight, layer.bias, tuning=SMALL))
         assert torch.equal(layer(x16), F.linear(x16, layer.weight, layer.bias))
+
+
+SPLIT = SkinnyTuning(block_n=16, block_k=16, num_warps=4, num_stages=1, split_k=3)  # 3 slices of K
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_split_k_matches_torch_in_fp32(rows: int, with_bias: bool) -> None:
+    # K = 70: slices of 32 (two 16-column steps each), the last one 6 columns; 37 outputs over three column blocks
+    x, w = _randn(rows, 70, seed=13), _randn(37, 70, seed=14)
+    bias = _randn(37, seed=15) if with_bias else None
+    torch.testing.assert_close(skinny_linear(x, w, bias, tuning=SPLIT), F.linear(x, w, bias), rtol=1e-5, atol=1e-5)
+
+
+def test_split_k_with_more_slices_than_k_steps_leaves_the_empty_ones_at_zero() -> None:
+    """K = 20 in 16-column steps over 3 slices: slice 0 holds 16 columns, slice 1 the last 4, slice 2 none."""
+    x, w = _randn(2, 20, seed=16), _randn(18, 20, seed=17)
+    torch.testing.assert_close(skinny_linear(x, w, tuning=SPLIT), F.linear(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_split_k_sums_in_split_order_so_a_row_does_not_depend_on_the_others() -> None:
+    x, w, bias = _randn(6, 64, seed=18), _randn(40, 64, seed=19), _randn(40, seed=20)
+    together = skinny_linear(x, w, bias, tuning=SPLIT)
+    for row in range(6):
+        assert torch.equal(skinny_linear(x[row:row + 1], w, bias, tuning=SPLIT)[0], together[row])
+
+
+def test_split_k_writes_into_a_view_of_a_larger_buffer_in_fp16() -> None:
+    x, w = _randn(3, 48, seed=21, dtype=torch.float16), _randn(20, 48, seed=22, dtype=torch.float16)
+    buffer = torch.full((3, 30), 7.0, dtype=torch.float16)
+    skinny_linear(x, w, tuning=SPLIT, out=buffer[:, 5:25])
+    torch.testing.assert_close(buffer[:, 5:25], F.linear(x.float(), w.float()).half(), rtol=2e-3, atol=2e-3)
+    assert torch.equal(buffer[:, :5], torch.full((3, 5), 7.0, dtype=torch.float16))
+    assert torch.equal(buffer[:, 25:], torch.full((3, 5), 7.0, dtype=torch.float16))

@@ -203,14 +203,16 @@ def test_skinny_linear_bf16_every_candidate(tuning: SkinnyTuning, rows: int, n: 
     assert torch.equal(alone[0], out[-1])
 
 
-def test_skinny_linear_replays_under_cuda_graph() -> None:
+@pytest.mark.parametrize("tuning", [CANDIDATES[0], next(t for t in CANDIDATES if t.split_k > 1)])
+def test_skinny_linear_replays_under_cuda_graph(tuning: SkinnyTuning) -> None:
+    """Split-K included: its partials buffer is allocated inside the capture, from the graph's own pool."""
     x = torch.randn(2, 512, device="cuda", dtype=BF16)
     w = torch.randn(768, 512, device="cuda", dtype=BF16)
     out = torch.empty(2, 768, device="cuda", dtype=BF16)
-    skinny_linear(x, w, out=out)  # compiled outside the capture
+    skinny_linear(x, w, tuning=tuning, out=out)  # compiled outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        skinny_linear(x, w, out=out)
+        skinny_linear(x, w, tuning=tuning, out=out)
     x.copy_(torch.randn_like(x))
     graph.replay()
-    assert torch.equal(out, skinny_linear(x, w))
+    assert torch.equal(out, skinny_linear(x, w, tuning=tuning))

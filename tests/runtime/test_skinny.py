@@ -51,10 +51,11 @@ def _scripted(times: list[float]):
 def test_the_timing_keeps_a_skinny_launch_only_where_it_beats_cublas_by_the_margin() -> None:
     model = _Model()
     per_bucket = len(CANDIDATES) + 1
+    rest = [99] * (len(CANDIDATES) - 3)
     # shape 16 x 32 (3 layers): rows 1 -> candidate 2 at 90 vs 100 (picked); rows 2 -> 97.5 vs 100 (not: the
     # margin is 97%); rows 4, 8, 16 -> every candidate slower. Shape 48 x 16: candidate 0 wins everywhere at 50.
-    same = [100, 99, 99, 90, 99, 99] + [100, 97.5, 99, 99, 99, 99] + [10, 20, 20, 20, 20, 20] * 3
-    other = [100, 50, 60, 60, 60, 60] * len(ROW_BUCKETS)
+    same = [100, 99, 99, 90, *rest] + [100, 97.5, 99, 99, *rest] + [10, 20, 20, 20, *[20] * len(rest)] * 3
+    other = [100, 50, 60, 60, *[60] * len(rest)] * len(ROW_BUCKETS)
     assert len(same) == len(other) == per_bucket * len(ROW_BUCKETS)
     timings = pick_skinny(model, time_pass=_scripted(same + other))
     assert MARGIN == 0.97
@@ -83,6 +84,13 @@ def test_the_wrapper_names_what_is_wrong(x, w, bias, message: str) -> None:
         skinny_linear_reference(x, w, bias)
 
 
+@pytest.mark.parametrize("tuning", [SkinnyTuning(16, 64, 4, 3, split_k=0), SkinnyTuning(8, 64, 4, 3),
+                                    SkinnyTuning(16, 8, 4, 3, split_k=2)])
+def test_the_wrapper_refuses_a_tuning_triton_cannot_launch(tuning: SkinnyTuning) -> None:
+    with pytest.raises(ValueError, match=r"skinny_linear: tuning needs split_k >= 1 and tiles of at least 16"):
+        skinny_linear(torch.zeros(2, 8), torch.zeros(4, 8), tuning=tuning)
+
+
 def test_the_wrapper_refuses_an_out_of_another_shape_before_any_launch() -> None:
     with pytest.raises(ValueError, match=r"skinny_linear: out must be a \[2, 4\] torch.float32"):
         skinny_linear(torch.zeros(2, 8), torch.zeros(4, 8), out=torch.zeros(2, 5))
@@ -93,8 +101,8 @@ def test_a_shape_is_timed_once_per_process_and_later_engines_take_its_picks(monk
 
     calls: list[int] = []
     monkeypatch.setattr(runtime.skinny, "_MEASURED", {})
-    monkeypatch.setattr(runtime.skinny, "_cuda_median_us", lambda run: calls.append(1) or (100 if len(calls) % 6 == 1
-                                                                                          else 50))
+    monkeypatch.setattr(runtime.skinny, "_cuda_median_us", lambda run: calls.append(1) or (
+        100 if len(calls) % (len(CANDIDATES) + 1) == 1 else 50))
     first = pick_skinny(_Model())
     assert len(calls) == 2 * len(ROW_BUCKETS) * (len(CANDIDATES) + 1)
     again = _Model()
