@@ -4,7 +4,10 @@
 # against vLLM with no engine flag. The default window is the pagetune-runtime study's (RESULTS.md,
 # h200-azure-proof: 30 minutes of azure_llm_2023_code.csv thinned to 2%), so their figures sit side by side.
 # Re-running the same command resumes the study (stores in /tmp/study-$NAME while the machine stays warm); vLLM's
-# compile cache (/tmp/vllm-cache) is shared by every start, so only the first pays the full compile.
+# compile cache (/tmp/vllm-cache) is shared by every start, so only the first pays the full compile. A study that
+# outlasts a machine (30 minutes held at most, a session's device time) travels: every run leaves
+# $OUT/$NAME-state.tar.gz (the Optuna and MLflow stores, the output folder; a few MB), and a fresh machine given it
+# back as $STATE/$NAME-state.tar.gz (STATE defaults to .study, carried) resumes the study from there.
 #
 # Needs, on the host: the tuner's wheels (.whl, ../shared/gpu/make-wheelhouse.sh), the trace in .traces/ (carried)
 # or $TRACES, and vLLM 0.26.0 installed under /tmp/vsite (../shared/gpu/vllm-wheelhouse.sh: its five parts carried
@@ -23,6 +26,10 @@ export PYTHONPATH=/tmp/vsite:/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 model=/tmp/vllm-llama-3-8b
 [ -f $model/tokenizer.json ] || python3 -m experiments.vllm_model_dir llama-3-8b $model || exit 1
 dir=/tmp/study-$name
+state=${STATE:-$PWD/.study}/$name-state.tar.gz
+if [ ! -d $dir ] && [ -f "$state" ]; then
+  tar -xzf "$state" -C /tmp && echo "resuming $name from $state"
+fi
 mkdir -p $dir
 root=$PWD
 entry=(-m tuner); [ -n "$CHECK" ] && entry=(-m tuner.vllm_check "$(realpath "$CHECK")")
@@ -43,6 +50,7 @@ cp out/report.md $OUT/$name-report.md 2>/dev/null; cp out/best.yaml $OUT/$name-b
 cp out/vllm.yaml $OUT/$name-vllm.yaml 2>/dev/null; cp out/pagetune.log $OUT/$name.log 2>/dev/null
 mkdir -p $OUT/$name-vllm && cp $dir/vllm/*.yaml $OUT/$name-vllm/ 2>/dev/null
 for f in $dir/vllm/*.log; do tail -n 40 "$f" > $OUT/$name-vllm/$(basename "$f"); done 2>/dev/null
+tar -czf $OUT/$name-state.tar.gz -C /tmp --exclude="study-$name/vllm" "study-$name"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a $OUT/$name.txt
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" | tee -a $OUT/$name.txt
 cd $root
