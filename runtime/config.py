@@ -279,6 +279,8 @@ class EngineConfig:
             self.kernel.attention_backend == "auto" and device_type != "cuda")
         if torch_attention:  # the Triton kernels' thresholds
             inert |= {"kernel.flash_min_len", "kernel.split_kv_min_len"}
+        if torch_attention or device_type != "cuda":  # picked by timing on a CUDA device with Triton attention only
+            inert.add("kernel.skinny_gemm")
         return frozenset(inert)
 
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.skinny_gemm import CANDIDATES, SkinnyTuning, skinny_linear, skinny_linear_reference
+from runtime.config import EngineConfig
 from runtime.model.linear import ROW_BUCKETS, Linear, SkinnyPicks
 from runtime.skinny import MARGIN, clear_skinny, pick_skinny
 
@@ -108,3 +109,12 @@ def test_a_shape_is_timed_once_per_process_and_later_engines_take_its_picks(monk
     again = _Model()
     assert pick_skinny(again) == first and len(calls) == 2 * len(ROW_BUCKETS) * (len(CANDIDATES) + 1)
     assert again.other.skinny == SkinnyPicks((CANDIDATES[0],) * 5)
+
+
+def test_the_knob_is_inert_where_no_engine_times_the_picks() -> None:
+    """The runner picks on a CUDA device with Triton attention only (`ModelRunner`): elsewhere the knob changes
+    nothing, and a search leaves it out there."""
+    auto, torch_attention = EngineConfig(), EngineConfig.from_mapping({"kernel": {"attention_backend": "torch"}})
+    assert "kernel.skinny_gemm" not in auto.inert_fields("cuda")
+    assert "kernel.skinny_gemm" in auto.inert_fields("cpu")
+    assert "kernel.skinny_gemm" in torch_attention.inert_fields("cuda")
