@@ -62,14 +62,13 @@ def pick_skinny(model: torch.nn.Module, time_pass: Callable[[Callable[[], None]]
         if isinstance(layer, Linear):
             key = (*layer.weight.shape, layer.weight.dtype, layer.bias is not None)
             groups.setdefault(key, []).append(layer)
+    memo = _MEASURED if time_pass is None else {}  # a test's scripted times are not remembered
     timings = []
     for key, layers in groups.items():
         memo_key = (str(layers[0].weight.device), len(layers), *key)
-        rows = _MEASURED.get(memo_key) if time_pass is None else None
-        if rows is None:
-            rows = [_time_bucket(layers, m, timer) for m in ROW_BUCKETS]
-            if time_pass is None:
-                _MEASURED[memo_key] = rows
+        if memo_key not in memo:
+            memo[memo_key] = [_time_bucket(layers, m, timer) for m in ROW_BUCKETS]
+        rows = memo[memo_key]
         picks = SkinnyPicks(tuple(t.best if t.picked else None for t in rows))
         for layer in layers:
             layer.skinny = picks

@@ -18,6 +18,8 @@ from kernels.skinny_gemm import MAX_ROWS, SkinnyTuning, skinny_linear
 __all__ = ["ROW_BUCKETS", "Linear", "SkinnyPicks"]
 
 ROW_BUCKETS = (1, 2, 4, 8, MAX_ROWS)  # a call of M rows takes the picks of the smallest bucket >= M
+# index M - 1: the bucket of a call of M rows
+_BUCKET_OF = tuple(next(i for i, b in enumerate(ROW_BUCKETS) if b >= m) for m in range(1, MAX_ROWS + 1))
 
 
 class SkinnyPicks(NamedTuple):
@@ -28,7 +30,7 @@ class SkinnyPicks(NamedTuple):
     def tuning_for(self, rows: int) -> SkinnyTuning | None:
         if rows < 1 or rows > MAX_ROWS:
             return None
-        return self.by_bucket[next(i for i, b in enumerate(ROW_BUCKETS) if b >= rows)]
+        return self.by_bucket[_BUCKET_OF[rows - 1]]  # every projection of every step asks: a lookup
 
 
 class Linear(nn.Linear):
