@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # pagetune against vLLM on the H200 (issue 28). Before the first call on a fresh machine, the vLLM wheel travels
 # in five parts (../shared/gpu/vllm-wheelhouse.sh .vllm; carry .vllm/pK and copy .vllm/pK/partK to /tmp in five
-# back-to-back calls). A part (59 MB) and the tracked tree (28 MB) exceed the 64 MiB a call carries: move the large
-# tracked files the GPU calls do not read aside for the burst and back after it,
-#   mkdir -p /tmp/hold && mv experiments/results/h200-sim conf/profiles/h200-llama-3-8b.json /tmp/hold/
+# back-to-back calls). A part (59 MB) and the tracked tree (24 MB) exceed the 64 MiB a call carries: move the large
+# tracked folder the GPU calls do not read aside for the burst and back after it,
+#   mkdir -p /tmp/hold && mv experiments/results/h200-sim /tmp/hold/
 #   ... the part calls and the calls below ...
-#   mv /tmp/hold/h200-sim experiments/results/ && mv /tmp/hold/h200-llama-3-8b.json conf/profiles/
+#   mv /tmp/hold/h200-sim experiments/results/
 # Then, carrying .vllm/deps .whlmini .traces:
 #
 #   bash experiments/gpu_vs_vllm.sh llama-3-8b uniform,mixed      # one model's workloads, within this call

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,9 +94,18 @@ NO_TIER_COST = "has no cost for a second block tier (tier_s 0)"
 PROFILES = CONF_DIR / "profiles"
 
 
-@pytest.mark.parametrize("profile, warned", [("h200-qwen2-7b.json", True), ("h200-llama-3-8b.json", False)])
-def test_a_profile_without_a_tier_cost_is_named_when_tiers_are_searched(profile, warned):
-    path = PROFILES / profile
+def _without_tier_cost(tmp_path: Path) -> Path:
+    """The shipped Qwen2 profile as one measured before `runtime.profile` timed a second tier (tier_s 0)."""
+    data = json.loads((PROFILES / "h200-qwen2-7b.json").read_text())
+    path = tmp_path / "no-tier-cost.json"
+    path.write_text(json.dumps({**data, "tier_s": 0.0}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "profile, warned", [(None, True), ("h200-llama-3-8b.json", False), ("h200-qwen2-7b.json", False)])
+def test_a_profile_without_a_tier_cost_is_named_when_tiers_are_searched(profile, warned, tmp_path):
+    path = PROFILES / profile if profile else _without_tier_cost(tmp_path)
     space = {"params": {"use_tiers": {"path": "tiers.enabled", "type": "categorical", "choices": [False, True]}}}
     ex, _ = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space))
     assert [n for n in ex.notes if NO_TIER_COST in n] == ([
@@ -102,8 +113,8 @@ def test_a_profile_without_a_tier_cost_is_named_when_tiers_are_searched(profile,
         "are; python -m runtime.profile measures it now"] if warned else [])
 
 
-def test_no_tier_warning_when_no_trial_can_use_tiers():
-    path = PROFILES / "h200-qwen2-7b.json"
+def test_no_tier_warning_when_no_trial_can_use_tiers(tmp_path):
+    path = _without_tier_cost(tmp_path)
     space = {"params": {"seqs": {"path": "runtime.scheduler.max_num_seqs", "type": "int", "low": 8, "high": 64}}}
     ex, _ = open_executors(_app(executor={"kind": "sim", "profile": str(path)}, search=space))
     assert not [n for n in ex.notes if NO_TIER_COST in n]
