@@ -29,10 +29,11 @@ from kernels.paged_prefill import PrefillTuning, default_tuning, launch_paged_pr
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16
 SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (16, 512), (4, 2048)]  # (sequences, length)
 PREFIXED = [(1, 2048, 2048), (1, 2048, 4096), (1, 2048, 6144), (2, 1024, 3072)]  # (sequences, chunk, cached prefix)
-SWEEP = [PrefillTuning(m, n, w, s, p) for m, n, w, s, p in [
+SWEEP = [PrefillTuning(*launch) for launch in [
     (64, 64, 4, 3, False), (128, 128, 8, 3, False), (128, 64, 8, 3, False), (64, 64, 4, 4, False),
     (64, 32, 4, 3, False), (128, 128, 8, 2, False), (64, 64, 8, 3, False), (128, 64, 4, 4, False),
     (64, 64, 4, 3, True), (128, 64, 8, 3, True), (128, 128, 8, 3, True), (64, 128, 4, 3, True),
+    (128, 128, 8, 3, True, True), (128, 128, 8, 3, False, True), (128, 64, 8, 3, True, True),  # warp-specialized
 ]]  # fmt: skip
 
 
@@ -92,8 +93,8 @@ def main() -> None:
     args = parser.parse_args()
     heads = (args.heads[0], args.heads[1])
     lines = [
-        "| seqs x tokens after cached | launch (block_m, block_n, warps, stages, pack_gqa) | paged ms | paged Mtok/s "
-        "| paged TFLOP/s | SDPA flash ms | SDPA Mtok/s | SDPA TFLOP/s | SDPA/paged |",
+        "| seqs x tokens after cached | launch (block_m, block_n, warps, stages, pack_gqa, warp_specialize) "
+        "| paged ms | paged Mtok/s | paged TFLOP/s | SDPA flash ms | SDPA Mtok/s | SDPA TFLOP/s | SDPA/paged |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for seqs, length in SHAPES:

@@ -49,6 +49,9 @@ class PrefillTuning(NamedTuple):
     num_warps: int
     num_stages: int
     pack_gqa: bool = False  # a program's rows are the query heads of one KV head (see the module's docstring)
+    # Triton's warp specialization of the key loop (`tl.range(warp_specialize=...)`): producer warps load the next
+    # K/V tiles while the others compute. Not yet timed on a GPU; no default takes it (benchmarks sweep it).
+    warp_specialize: bool = False
 
 
 # Measured on an H200 (experiments/RESULTS.md): small tiles win until chunks average LONG_CHUNK tokens.
@@ -89,7 +92,7 @@ def _prefill_kernel(
     stride_kb, stride_ko, stride_kh, stride_vb, stride_vo, stride_vh, stride_bt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_CLIP: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    COMPUTE_F16: tl.constexpr, PACK: tl.constexpr,
+    COMPUTE_F16: tl.constexpr, PACK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):  # fmt: skip
     TOKENS: tl.constexpr = BLOCK_M // PACK  # query tokens a tile holds
     # why reversed: the last tiles of a sequence see the most keys; starting them first evens the tail
@@ -144,7 +147,7 @@ def _prefill_kernel(
         else:
             n_lo = unmasked_end
             n_hi = end
-        for n0 in range(n_lo, n_hi, BLOCK_N):
+        for n0 in tl.range(n_lo, n_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
             pos = n0 + offs_n  # [BLOCK_N]
             if stage == 0:
                 block = tl.load(table + pos // BLOCK_SIZE).to(tl.int64)
@@ -223,7 +226,7 @@ def _launch(
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_power_of_2(head_dim)),
         BLOCK_SIZE=geometry.block_size, BLOCK_M=tuning.block_m, BLOCK_N=tuning.block_n,
         USE_CLIP=qk_clip is not None, **dot_options(query, k_cache), PACK=pack,
-        num_warps=tuning.num_warps, num_stages=tuning.num_stages,
+        WARP_SPECIALIZE=tuning.warp_specialize, num_warps=tuning.num_warps, num_stages=tuning.num_stages,
     )  # fmt: skip
     return out
 

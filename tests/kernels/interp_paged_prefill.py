@@ -47,9 +47,12 @@ PACKED_CASES = [  # (query dtype, cache dtype, block_size, group, chunk lens, co
 
 
 @pytest.mark.parametrize(("tuning", "dtype", "cache_dtype", "block_size", "group", "q_lens", "lens", "clip"),
-                         [(SMALL, *case) for case in CASES] + [(PACKED, *case) for case in PACKED_CASES])
+                         [(SMALL, *case) for case in CASES] + [(PACKED, *case) for case in PACKED_CASES]
+                         + [(SMALL._replace(warp_specialize=True), *CASES[1]),
+                            (PACKED._replace(warp_specialize=True), *PACKED_CASES[2])])
 def test_paged_prefill_matches_reference(tuning, dtype, cache_dtype, block_size, group, q_lens, lens, clip) -> None:
-    """One head a program, and (`PACKED`) every query head of a KV head in one program, padding rows unstored."""
+    """One head a program, and (`PACKED`) every query head of a KV head in one program, padding rows unstored; the
+    key loop warp-specialized computes the same (the interpreter runs its form, not its schedule)."""
     kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=2, head_dim=16, cache_dtype=cache_dtype)
     query = make_query(sum(q_lens), 2 * group, 16, dtype)
     qsl = query_start_loc(q_lens)
