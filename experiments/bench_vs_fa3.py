@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from experiments.paged import paged_inputs
 from experiments.timing import time_ms
 from kernels.paged_decode import paged_decode
 from kernels.paged_prefill import default_tuning, launch_paged_prefill
@@ -27,14 +28,6 @@ from kernels.paged_prefill import default_tuning, launch_paged_prefill
 HEAD_DIM, BLOCK_SIZE, MAX_CONTEXT = 128, 16, 8192
 PREFILL = [(1, 2048, 0), (4, 512, 0), (1, 2048, 2048), (1, 2048, 4096), (1, 2048, 6144), (2, 1024, 3072)]
 DECODE = [(1, 1024), (1, 4096), (8, 4096), (64, 1024), (256, 512)]  # (sequences, context)
-
-
-def paged_cache(seqs: int, ctx: int, kv_heads: int):
-    """k, v caches and block tables of `seqs` sequences of `ctx` positions on randomly placed blocks."""
-    per_seq = -(-ctx // BLOCK_SIZE)
-    k = torch.randn(seqs * per_seq, BLOCK_SIZE, kv_heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    tables = torch.randperm(seqs * per_seq, device="cuda").view(seqs, per_seq).to(torch.int32)
-    return k, torch.randn_like(k), tables
 
 
 def fa3(q, k, v, tables, cu_q, lens, max_q: int, max_k: int):
@@ -49,10 +42,9 @@ def fa3(q, k, v, tables, cu_q, lens, max_q: int, max_k: int):
 
 def prefill_row(seqs: int, chunk: int, prefix: int, heads: tuple[int, int]) -> str:
     ctx = prefix + chunk
-    k, v, tables = paged_cache(seqs, ctx, heads[1])
+    k, v, tables, lens = paged_inputs(seqs, ctx, BLOCK_SIZE, kv_heads=heads[1], head_dim=HEAD_DIM)
     q = torch.randn(seqs * chunk, heads[0], HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     cu_q = torch.arange(0, seqs * chunk + 1, chunk, device="cuda", dtype=torch.int32)
-    lens = torch.full((seqs,), ctx, device="cuda", dtype=torch.int32)
     tuning = default_tuning(seqs * chunk, seqs, seqs * ctx)
     ours = lambda: launch_paged_prefill(q, k, v, tables, cu_q, lens, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=tuning)
     theirs = lambda: fa3(q, k, v, tables, cu_q, lens, chunk, ctx)
@@ -61,10 +53,9 @@ def prefill_row(seqs: int, chunk: int, prefix: int, heads: tuple[int, int]) -> s
 
 
 def decode_row(seqs: int, ctx: int, heads: tuple[int, int]) -> str:
-    k, v, tables = paged_cache(seqs, ctx, heads[1])
+    k, v, tables, lens = paged_inputs(seqs, ctx, BLOCK_SIZE, kv_heads=heads[1], head_dim=HEAD_DIM)
     q = torch.randn(seqs, heads[0], HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     cu_q = torch.arange(seqs + 1, device="cuda", dtype=torch.int32)
-    lens = torch.full((seqs,), ctx, device="cuda", dtype=torch.int32)
     ours = lambda: paged_decode(q, k, v, tables, lens, scale=HEAD_DIM**-0.5, split_kv_min_len=256,
                                 max_context=MAX_CONTEXT)
     theirs = lambda: fa3(q, k, v, tables, cu_q, lens, 1, ctx)

@@ -1,4 +1,4 @@
-"""Paged K/V inputs for the decode-attention benchmarks (`bench_decode`, `bench_split_kv`), on the GPU."""
+"""Paged K/V inputs for the attention benchmarks (`bench_decode`, `bench_split_kv`, `bench_vs_fa3`), on the GPU."""
 
 from __future__ import annotations
 
