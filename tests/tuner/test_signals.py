@@ -9,6 +9,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,16 +22,25 @@ from tuner.results.kept import PREFIX
 from tuner.traffic import SAMPLE_TRAFFIC
 
 PROFILE = ROOT / "conf" / "profiles" / "h200-llama-3-8b.json"
-# the quick start's study on the whole sample, with the default rounds after the search: a conclusion of about
-# 30 measurements, long enough to be caught mid-way
+RAG = ROOT / "tuner" / "data" / "rag.jsonl"
+# the quick start's study, with the default rounds after the search: on the sample, the small search test's; on
+# the quick start's own traffic, a conclusion of about 20 measurements of about a second each (on the shipped
+# profile, 2-core CPU), long enough to be caught mid-way also on a loaded machine
 QUICK = ["executor=sim", f"executor.profile={PROFILE}", "slo.ttft_s=0.3", "slo.tpot_s=0.02", "tuner.finalists=3",
          "validation.select_rounds=3", "validation.proof_rounds=8"]
+QUICK_RAG = ["executor=sim", f"executor.profile={PROFILE}", "tuner.n_trials=3", "tuner.n_startup_trials=1"]
 
 
 def _args(tmp_path: Path, trials: int = 4) -> list[str]:
     args = [a for a in tuner_args(tmp_path, SAMPLE_TRAFFIC, study="s", trials=trials) if a != "executor=real"]
     dropped = ("replay.max_requests=", "replay.time_scale=", "runtime.cache.device_memory_gb=")  # the H200's own
     return [*[a for a in args if not a.startswith(dropped)], *QUICK]
+
+
+def _rag_args(tmp_path: Path) -> list[str]:
+    """The README's quick start (its traffic, the default SLO and rounds), with three trials."""
+    return [sys.executable, "-m", "tuner", f"+traffic={RAG}", "tuner.study_name=s", f"storage.url=sqlite:///{tmp_path}/optuna.db",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/out-s", *QUICK_RAG]
 
 
 def _study(tmp_path: Path) -> optuna.Study | None:
@@ -83,8 +93,17 @@ def _running(tmp_path: Path) -> bool:
 
 
 def _concluding(tmp_path: Path) -> bool:
-    study = _study(tmp_path)
-    return study is not None and sum(k.startswith(PREFIX) for k in study.user_attrs) >= 2
+    """Two measurements of the conclusion kept: read from the store's table directly, as `_running` does."""
+    db = tmp_path / "optuna.db"
+    if not db.is_file():
+        return False
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.1) as conn:
+            (kept,) = conn.execute("SELECT count(*) FROM study_user_attributes WHERE key LIKE ?",
+                                   (f"{PREFIX}%",)).fetchone()
+    except sqlite3.OperationalError:  # the tables not created yet, or a write holding the lock
+        return False
+    return kept >= 2
 
 
 @pytest.mark.slow
@@ -106,13 +125,13 @@ def test_sigterm_in_the_search_stops_within_seconds_and_a_rerun_resumes(tmp_path
 
 @pytest.mark.slow
 def test_sigterm_in_the_conclusion_stops_within_seconds_keeps_it_and_a_rerun_resumes_it(tmp_path):
-    _, stderr, stopped_s = _interrupt(tmp_path, _concluding)
+    _, stderr, stopped_s = _interrupt(tmp_path, _concluding, _rag_args(tmp_path))
     assert stopped_s < 5, f"stopped {stopped_s:.1f} s after SIGTERM"
     kept = sum(k.startswith(PREFIX) for k in _study(tmp_path).user_attrs)
     assert kept >= 2 and not (tmp_path / "out-s" / "best.yaml").exists()
     assert stderr.strip().splitlines()[-1].endswith(
         f"; {kept} measurements of the conclusion kept; no trial was running; resume with the same command")
-    rerun = run_tuner(_args(tmp_path), cwd=tmp_path, timeout=300)
+    rerun = run_tuner(_rag_args(tmp_path), cwd=tmp_path, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"conclusion: resumed, {kept} measurements kept from an earlier run are not made again" in rerun.stdout
     assert (tmp_path / "out-s" / "best.yaml").is_file() and "Verdict: " in rerun.stdout
