@@ -1,12 +1,14 @@
 """Paged prefill (flash) attention vs torch SDPA's flash backend on contiguous inputs.
 
-    python -m experiments.bench_prefill [--sweep] [--heads 28 4] [--record] [--results experiments/RESULTS.md]
+    python -m experiments.bench_prefill [--sweep | --warp-specialized] [--heads 28 4] [--record]
 
 Causal prompts, 32 query / 8 kv heads (`--heads`: Qwen2-7B's 28 / 4), head_dim 128, bf16; the paged
 kernel reads K/V from a block-size-16 cache whose tables are a random permutation of the pool. Fresh
 prompts first, then 2,048-token chunks after a cached prefix (chunked prefill of a long prompt: the
 paged kernel alone, SDPA has no such causal alignment). `--sweep` includes packed GQA launches
-(`pack_gqa`: a KV head's query heads in one program).
+(`pack_gqa`: a KV head's query heads in one program). `--warp-specialized`: only the warp-specialized launches
+beside their twins (the same launch without it) and the default, on a fresh 2,048-token prompt and the chunks
+after a prefix, each checked against the torch reference first (a short device call: about seven compilations).
 Reports tokens/s and TFLOP/s (causal: 2 matmuls x 2 FLOP x L(L+1)/2 x D per head) of each and the
 ratio SDPA time / paged time (>= 1.0 means the paged kernel is as fast). The first row per shape is
 the launch the runtime picks (`default_tuning` of the step's `PrefillPlan`); `--sweep` adds variants.
@@ -24,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from experiments.record import add_record_args, header, record
 from experiments.timing import time_ms
-from kernels.paged_prefill import PrefillTuning, default_tuning, launch_paged_prefill
+from kernels.paged_prefill import PrefillTuning, default_tuning, launch_paged_prefill, paged_prefill_reference
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16
 SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (16, 512), (4, 2048)]  # (sequences, length)
@@ -35,6 +37,10 @@ SWEEP = [PrefillTuning(*launch) for launch in [
     (64, 64, 4, 3, True), (128, 64, 8, 3, True), (128, 128, 8, 3, True), (64, 128, 4, 3, True),
     (128, 128, 8, 3, True, True), (128, 128, 8, 3, False, True), (128, 64, 8, 3, True, True),  # warp-specialized
 ]]  # fmt: skip
+
+
+WARP_SPECIALIZED = [t for t in SWEEP if t.warp_specialize]
+WS_PAIRS = [launch for t in WARP_SPECIALIZED for launch in (t._replace(warp_specialize=False), t)]
 
 
 def paged_inputs(seqs: int, length: int, prefix: int = 0, heads: tuple[int, int] = (Q_HEADS, KV_HEADS)):
@@ -61,8 +67,17 @@ def time_sdpa(seqs: int, length: int, heads: tuple[int, int]) -> float:
             return time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), graph=True)
 
 
-def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], sweep: bool) -> list[str]:
-    """The launch the runtime picks (and with `sweep` the variants) on one shape; SDPA beside fresh prompts."""
+def max_error(inputs, tuning: PrefillTuning) -> float:
+    """The launch's largest absolute difference from the torch reference on these inputs."""
+    got = launch_paged_prefill(*inputs, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=tuning)
+    want = paged_prefill_reference(*inputs, scale=HEAD_DIM**-0.5)
+    return (got.float() - want.float()).abs().max().item()
+
+
+def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], sweep: list[PrefillTuning],
+               check: bool = False) -> list[str]:
+    """The launch the runtime picks and the `sweep` variants on one shape; SDPA beside fresh prompts; with `check`,
+    each launch's largest difference from the reference before its time."""
     tokens = seqs * length
     flops = seqs * heads[0] * 4 * HEAD_DIM * length * (prefix + (length + 1) / 2)
     sdpa = time_sdpa(seqs, length, heads) if prefix == 0 else None
@@ -71,10 +86,11 @@ def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], swee
     inputs = paged_inputs(seqs, length, prefix, heads)
     chosen = default_tuning(tokens, seqs, seqs * (prefix + length))  # the runtime's plan passes it the keys
     out = []
-    for tuning in [chosen, *(t for t in SWEEP if sweep and t != chosen)]:
+    for tuning in [chosen, *(t for t in sweep if t != chosen)]:
         run = lambda t=tuning: launch_paged_prefill(*inputs, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=t)
         row = f"| {seqs} x {length} after {prefix} | {tuple(tuning)} |"
         try:
+            row += f" max err {max_error(inputs, tuning):.1e} |" if check else ""
             ms = time_ms(run, graph=True)
             row += f" {ms:.3f} | {tokens / ms / 1e3:.2f} | {flops / ms / 1e9:.0f} | {sdpa_cells}"
             row += f" {sdpa / ms:.2f} |" if sdpa is not None else ""
@@ -88,6 +104,8 @@ def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], swee
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also time launch variants")
+    parser.add_argument("--warp-specialized", action="store_true",
+                        help="only the warp-specialized launches and their twins, checked, on 2,048-token chunks")
     parser.add_argument("--heads", type=int, nargs=2, default=[Q_HEADS, KV_HEADS], metavar=("QUERY", "KV"))
     add_record_args(parser)
     args = parser.parse_args()
@@ -97,10 +115,16 @@ def main() -> None:
         "| paged ms | paged Mtok/s | paged TFLOP/s | SDPA flash ms | SDPA Mtok/s | SDPA TFLOP/s | SDPA/paged |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for seqs, length in SHAPES:
-        lines += shape_rows(seqs, length, 0, heads, args.sweep)
-    for seqs, length, prefix in PREFIXED:
-        lines += shape_rows(seqs, length, prefix, heads, args.sweep)
+    if args.warp_specialized:
+        lines[0] = lines[0].replace("| paged ms", "| check | paged ms")
+        lines[1] += "---|"
+        for seqs, length, prefix in [(1, 2048, 0), *PREFIXED[:2]]:
+            lines += shape_rows(seqs, length, prefix, heads, WS_PAIRS, check=True)
+    else:
+        for seqs, length in SHAPES:
+            lines += shape_rows(seqs, length, 0, heads, SWEEP if args.sweep else [])
+        for seqs, length, prefix in PREFIXED:
+            lines += shape_rows(seqs, length, prefix, heads, SWEEP if args.sweep else [])
     title = f"Paged prefill attention vs SDPA flash ({heads[0]} / {heads[1]} heads; kernels, issue 3)"
     table = header(title) + "\n" + "\n".join(lines)
     print("\n" + table)
