@@ -3,7 +3,7 @@ degree, measured on this machine's devices (NCCL on GPUs, gloo on CPU), written 
 field, where the simulator reads it (`runtime.sim.parallel`) in place of its unmeasured estimate.
 
 Each degree: that many ranks spawned (the group `RankGroup` builds, as an engine's ranks do), a warm-up, then the
-median time of `REPEATS` all-reduces of each size in `SIZES`, in the profile's dtype; a least-squares line
+median time of `REPEATS` all-reduces of each size in `SIZES`, in the profile's dtype; a line of least relative error
 `latency_s + bytes x s_per_byte` through the medians.
 """
 
@@ -76,8 +76,12 @@ def measure_allreduce(degree: int, device: str, dtype: str, sizes: tuple[int, ..
 
 
 def fit_line(sizes: tuple[int, ...], seconds: list[float]) -> tuple[float, float]:
-    """(latency_s, s_per_byte) of the least-squares line through (bytes, seconds), neither below 0."""
-    slope, intercept = np.polyfit(np.asarray(sizes, dtype=float), np.asarray(seconds), 1)
+    """(latency_s, s_per_byte) of the line through (bytes, seconds) with the least relative error, neither below
+    0. Why relative: the sizes span four orders of magnitude, and a plain least-squares line follows the largest
+    size's time, whose noise alone (a few percent of milliseconds) could set the latency to any value, 0
+    included; weighted by 1 / time, the small sizes set the latency and the large ones the slope."""
+    times = np.asarray(seconds, dtype=float)
+    slope, intercept = np.polyfit(np.asarray(sizes, dtype=float), times, 1, w=1.0 / times)
     return max(float(intercept), 0.0), max(float(slope), 0.0)
 
 
