@@ -2,13 +2,17 @@
 
 Lines go to the `pagetune` logger: Hydra's job logging prints them (plain) and appends them, with
 their time, to `pagetune.log` in the output folder. While the bars are up, every log record (MLflow's
-and Optuna's too) is written above them instead of through them.
+and Optuna's too) is written above them instead of through them. Bars only on a terminal: where stderr
+is a file or a pipe (nohup, a CI or Kubernetes log), a bar's redraws would fill the log, so the trials
+say themselves in their lines and the conclusion's progress is a line per measurement with its ETA.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import sys
+import time
 
 import optuna
 from tqdm.auto import tqdm
@@ -88,8 +92,44 @@ def quiet_failed_trial_tracebacks() -> None:
 log = logging.getLogger("pagetune")
 
 
+class LogProgress:
+    """A bar's surface (`update`, `total`, `refresh`, `close`) as a log line per step: `DESC: k of N (elapsed;
+    about T left)`, for output that is not a terminal."""
+
+    def __init__(self, total: int, desc: str, clock=time.monotonic) -> None:
+        self.total, self.desc, self.n = total, desc, 0
+        self._clock = clock
+        self._began = clock()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        log.info(self.line())
+
+    def line(self) -> str:
+        elapsed = self._clock() - self._began
+        left = (f"; about {_duration(elapsed / self.n * (self.total - self.n))} left"
+                if 0 < self.n < self.total else "")
+        return f"{self.desc}: {self.n} of {self.total} ({_duration(elapsed)}{left})"
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _duration(seconds: float) -> str:
+    """`42 s`, `3 min 05 s`, `1 h 02 min`."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    return f"{s // 60} min {s % 60:02d} s" if s < 3600 else f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
 class Console:
-    def __init__(self) -> None:
+    def __init__(self, interactive: bool | None = None) -> None:
+        """`interactive`: bars (a terminal) or lines (a log); None: whether stderr is a terminal."""
+        self.interactive = sys.stderr.isatty() if interactive is None else interactive
         self._redirect = contextlib.ExitStack()  # log records above the bars while they are up
         self._trials: tqdm | None = None
         self._replay: tqdm | None = None
@@ -103,6 +143,8 @@ class Console:
             self.line(text)
 
     def start_trials(self, total: int, done: int, requests: int) -> None:
+        if not self.interactive:  # each trial says itself in its line
+            return
         self._redirect.enter_context(logging_redirect_tqdm())
         self._trials = tqdm(total=total, initial=done, desc="trials", unit="trial", position=0)
         self._replay = tqdm(total=requests, desc="replay", unit="req", position=1, leave=False)
@@ -131,11 +173,13 @@ class Console:
         self._trials = self._replay = None
         self._redirect.close()
 
-    def bar(self, total: int, desc: str) -> tqdm:
+    def bar(self, total: int, desc: str) -> tqdm | LogProgress:
+        if not self.interactive:
+            return LogProgress(total, desc)
         return tqdm(total=total, desc=desc, unit="measurement", leave=False)
 
     @staticmethod
-    def retotal(bar: tqdm, total: int) -> None:
+    def retotal(bar: tqdm | LogProgress, total: int) -> None:
         """What will run, once it is known (the finalists found, the pick made): the bar and its ETA count it."""
         bar.total = total
         bar.refresh()
