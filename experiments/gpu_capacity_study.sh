@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # A capacity study on one H200: Llama-3-8B shape (random bf16 weights) on a window of a shared trace,
 # against vLLM's `vllm serve` defaults for the GPU (baseline=vllm). Re-running the same command resumes the
-# study (the Optuna and MLflow stores live in /tmp/study-$NAME while the machine stays warm).
+# study (the Optuna and MLflow stores live in /tmp/study-$NAME while the machine stays warm). A study that
+# outlasts a machine travels: every run leaves $OUT/$NAME-state.tar.gz, and a fresh machine given it back as
+# $STATE/$NAME-state.tar.gz (STATE defaults to .study, carried) resumes it there, the conclusion's kept
+# measurements included (experiments/gpu_study_state.sh). Issue 30's check (the search simulated, the
+# conclusion real) on a window of each trace:
+#   bash experiments/gpu_capacity_study.sh trust-azure azure_llm_2023_code.csv 540 tuner.fidelity=sim+real \
+#     executor.profile=conf/profiles/h200-llama-3-8b.json replay.start_s=... replay.duration_s=... ...
+# A real measurement replays its window for at least replay.min_window_s a probe: a window of N requests whose
+# capacity is C req/s takes about N / C seconds a passing probe, 5 to 7 probes a measurement, and
+# finalists + 1 measurements a selection round and 2 a proof round (a conclusion of tuner.finalists=1,
+# validation.select_rounds=1, validation.proof_rounds=2 is 6 measurements): size the window by that.
 # Needs the tuner's wheels (.whl: ../shared/gpu/make-wheelhouse.sh) and the traces copied to .traces/ (carried),
 # or already in $TRACES (a folder that outlives the call while the machine stays warm, e.g. /tmp/traces).
 # Several studies can run at once, one per GPU: CUDA_VISIBLE_DEVICES=1 bash experiments/gpu_capacity_study.sh ...
@@ -13,7 +23,10 @@ traces=${TRACES:-$PWD/.traces}
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 dir=/tmp/study-$name
-mkdir -p $dir && cd $dir
+source experiments/gpu_study_state.sh
+study_restore $name $dir
+root=$PWD
+cd $dir
 start=$(date +%s)
 timeout $seconds python3 -m tuner +traffic=$traces/$trace model=llama3-8b search=gpu \
   tuner.study_name=$name storage.url=sqlite:///$dir/optuna.db tracking.uri=sqlite:///$dir/mlflow.db \
@@ -25,3 +38,4 @@ cp out/vllm.yaml $OUT/$name-vllm.yaml 2>/dev/null; cp out/plots/capacity.png $OU
 cp out/pagetune.log $OUT/$name.log 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a $OUT/$name.txt
 python3 -c "import torch, triton, optuna; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__)" | tee -a $OUT/$name.txt
+cd $root && study_save $name $dir

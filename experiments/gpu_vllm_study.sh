@@ -26,11 +26,8 @@ export PYTHONPATH=/tmp/vsite:/tmp/site:$PWD PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 model=/tmp/vllm-llama-3-8b
 [ -f $model/tokenizer.json ] || python3 -m experiments.vllm_model_dir llama-3-8b $model || exit 1
 dir=/tmp/study-$name
-state=${STATE:-$PWD/.study}/$name-state.tar.gz
-if [ ! -d $dir ] && [ -f "$state" ]; then
-  tar -xzf "$state" -C /tmp && echo "resuming $name from $state"
-fi
-mkdir -p $dir
+source experiments/gpu_study_state.sh
+study_restore $name $dir
 root=$PWD
 entry=(-m tuner); [ -n "$CHECK" ] && entry=(-m tuner.vllm_check "$(realpath "$CHECK")")
 [ -n "$CHECK" ] || space=(search=vllm)
@@ -50,7 +47,7 @@ cp out/report.md $OUT/$name-report.md 2>/dev/null; cp out/best.yaml $OUT/$name-b
 cp out/vllm.yaml $OUT/$name-vllm.yaml 2>/dev/null; cp out/pagetune.log $OUT/$name.log 2>/dev/null
 mkdir -p $OUT/$name-vllm && cp $dir/vllm/*.yaml $OUT/$name-vllm/ 2>/dev/null
 for f in $dir/vllm/*.log; do tail -n 40 "$f" > $OUT/$name-vllm/$(basename "$f"); done 2>/dev/null
-tar -czf $OUT/$name-state.tar.gz -C /tmp --exclude="study-$name/vllm" "study-$name"
+study_save $name $dir
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a $OUT/$name.txt
 python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" | tee -a $OUT/$name.txt
 cd $root
