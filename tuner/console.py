@@ -4,7 +4,8 @@ Lines go to the `pagetune` logger: Hydra's job logging prints them (plain) and a
 their time, to `pagetune.log` in the output folder. While the bars are up, every log record (MLflow's
 and Optuna's too) is written above them instead of through them. Bars only on a terminal: where stderr
 is a file or a pipe (nohup, a CI or Kubernetes log), a bar's redraws would fill the log, so the trials
-say themselves in their lines and the conclusion's progress is a line per measurement with its ETA.
+say themselves in their lines (with a line for each replay of 30 s or more: a real probe's), and the conclusion's
+progress is a line per measurement with its ETA.
 """
 
 from __future__ import annotations
@@ -118,6 +119,32 @@ class LogProgress:
         pass
 
 
+LONG_REPLAY_S = 30.0  # a replay at least this long says itself in a log (a real one; a simulated one is shorter)
+
+
+class ReplayLines:
+    """Where no bar is drawn: a line for each replay that took at least `LONG_REPLAY_S` (a real probe replays its
+    window for a minute or more; without it, a log says nothing until the trial ends), said when the next replay
+    begins or the trial ends. Its time runs from the replay's first finished request to its last."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._label, self._began, self._last, self._done, self._total = "", 0.0, 0.0, 0, 0
+
+    def update(self, label: str, done: int, total: int) -> None:
+        now = self._clock()
+        if label != self._label:
+            self.flush()
+            self._label, self._began = label, now
+        self._last, self._done, self._total = now, done, total
+
+    def flush(self) -> None:
+        if self._label and self._last - self._began >= LONG_REPLAY_S:
+            log.info(f"{self._label}: {self._done} of {self._total} requests finished over "
+                     f"{_duration(self._last - self._began)}")
+        self._label = ""
+
+
 def _duration(seconds: float) -> str:
     """`42 s`, `3 min 05 s`, `1 h 02 min`."""
     s = round(seconds)
@@ -127,13 +154,14 @@ def _duration(seconds: float) -> str:
 
 
 class Console:
-    def __init__(self, interactive: bool | None = None) -> None:
+    def __init__(self, interactive: bool | None = None, clock=time.monotonic) -> None:
         """`interactive`: bars (a terminal) or lines (a log); None: whether stderr is a terminal."""
         self.interactive = sys.stderr.isatty() if interactive is None else interactive
         self._redirect = contextlib.ExitStack()  # log records above the bars while they are up
         self._trials: tqdm | None = None
         self._replay: tqdm | None = None
         self._label = ""  # the replay the replay bar shows
+        self._replay_lines = None if self.interactive else ReplayLines(clock)
 
     def line(self, text: str) -> None:
         log.info(text)
@@ -150,9 +178,11 @@ class Console:
         self._replay = tqdm(total=requests, desc="replay", unit="req", position=1, leave=False)
 
     def progress(self, trial: int, probe: int, scale: float, done: int, total: int) -> None:
+        label = f"trial {trial} replay {probe} at x{scale:.3g}"
+        if self._replay_lines is not None:
+            self._replay_lines.update(label, done, total)
         if self._replay is None:
             return
-        label = f"trial {trial} replay {probe} at x{scale:.3g}"
         if self._label != label:  # a new replay: its own count and rate
             self._label = label
             self._replay.reset(total)
@@ -160,6 +190,8 @@ class Console:
         self._replay.update(done - self._replay.n)
 
     def trial_end(self, trial: optuna.trial.Trial, outcome: TrialOutcome, metrics: dict[str, float]) -> None:
+        if self._replay_lines is not None:
+            self._replay_lines.flush()
         if self._trials is not None:
             self._trials.update(1)
         self.line(trial_line(trial, outcome, metrics))
@@ -167,6 +199,8 @@ class Console:
             self.line(SATURATED_WARNING)
 
     def end_trials(self) -> None:
+        if self._replay_lines is not None:
+            self._replay_lines.flush()
         for bar in (self._replay, self._trials):
             if bar is not None:
                 bar.close()

@@ -58,3 +58,21 @@ def test_a_terminal_gets_bars():
         assert isinstance(bar, tqdm)
     finally:
         bar.close()
+
+
+def test_a_log_gets_a_line_for_each_long_replay_said_when_the_next_begins_or_the_trial_ends(caplog):
+    now = [0.0]
+    console = Console(interactive=False, clock=lambda: now[0])
+    trial = optuna.create_study().ask()
+    with caplog.at_level(logging.INFO, logger="pagetune"):
+        for probe, scale, seconds, done in ((1, 1.0, 75.0, 120), (2, 2.0, 4.0, 120), (3, 1.5, 41.0, 37)):
+            for finished in range(1, done + 1):  # a request finishes every `seconds / done` seconds
+                console.progress(0, probe, scale, finished, 120)
+                now[0] += seconds / done
+            now[0] += 5.0  # between replays
+        console.trial_end(trial, TrialOutcome(TrialStatus.pruned, reason="fails the SLO"), {})
+    assert [r.getMessage() for r in caplog.records if r.name == "pagetune"] == [
+        "trial 0 replay 1 at x1: 120 of 120 requests finished over 1 min 14 s",  # from its first finished request
+        "trial 0 replay 3 at x1.5: 37 of 120 requests finished over 40 s",  # the 4 s replay said nothing
+        "trial 0: PRUNED: fails the SLO []",
+    ]
