@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from experiments.paged import paged_inputs
 from experiments.record import add_record_args, header, record
 from experiments.timing import time_ms
 from kernels.paged_prefill import PrefillTuning, default_tuning, launch_paged_prefill, paged_prefill_reference
@@ -39,18 +40,14 @@ SWEEP = [PrefillTuning(*launch) for launch in [
 ]]  # fmt: skip
 
 
-WARP_SPECIALIZED = [t for t in SWEEP if t.warp_specialize]
-WS_PAIRS = [launch for t in WARP_SPECIALIZED for launch in (t._replace(warp_specialize=False), t)]
+WS_PAIRS = [launch for t in SWEEP if t.warp_specialize for launch in (t._replace(warp_specialize=False), t)]
 
 
-def paged_inputs(seqs: int, length: int, prefix: int = 0, heads: tuple[int, int] = (Q_HEADS, KV_HEADS)):
+def chunk_inputs(seqs: int, length: int, prefix: int = 0, heads: tuple[int, int] = (Q_HEADS, KV_HEADS)):
     """`seqs` chunks of `length` tokens, each after `prefix` cached positions."""
-    blocks = seqs * (prefix + length) // BLOCK_SIZE
-    k_cache = torch.randn(blocks, BLOCK_SIZE, heads[1], HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn_like(k_cache)
-    tables = torch.randperm(blocks, device="cuda").view(seqs, -1).to(torch.int32)
+    k_cache, v_cache, tables, lens = paged_inputs(seqs, prefix + length, BLOCK_SIZE, kv_heads=heads[1],
+                                                  head_dim=HEAD_DIM)
     qsl = torch.arange(0, seqs * length + 1, length, device="cuda", dtype=torch.int32)
-    lens = torch.full((seqs,), prefix + length, device="cuda", dtype=torch.int32)
     query = torch.randn(seqs * length, heads[0], HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     return query, k_cache, v_cache, tables, qsl, lens
 
@@ -83,7 +80,7 @@ def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], swee
     sdpa = time_sdpa(seqs, length, heads) if prefix == 0 else None
     sdpa_cells = "- | - | - | - |" if sdpa is None else \
         f"{sdpa:.3f} | {tokens / sdpa / 1e3:.2f} | {flops / sdpa / 1e9:.0f} |"
-    inputs = paged_inputs(seqs, length, prefix, heads)
+    inputs = chunk_inputs(seqs, length, prefix, heads)
     chosen = default_tuning(tokens, seqs, seqs * (prefix + length))  # the runtime's plan passes it the keys
     out = []
     for tuning in [chosen, *(t for t in sweep if t != chosen)]:
@@ -121,10 +118,9 @@ def main() -> None:
         for seqs, length, prefix in [(1, 2048, 0), *PREFIXED[:2]]:
             lines += shape_rows(seqs, length, prefix, heads, WS_PAIRS, check=True)
     else:
-        for seqs, length in SHAPES:
-            lines += shape_rows(seqs, length, 0, heads, SWEEP if args.sweep else [])
-        for seqs, length, prefix in PREFIXED:
-            lines += shape_rows(seqs, length, prefix, heads, SWEEP if args.sweep else [])
+        sweep = SWEEP if args.sweep else []
+        for seqs, length, prefix in [(seqs, length, 0) for seqs, length in SHAPES] + PREFIXED:
+            lines += shape_rows(seqs, length, prefix, heads, sweep)
     title = f"Paged prefill attention vs SDPA flash ({heads[0]} / {heads[1]} heads; kernels, issue 3)"
     table = header(title) + "\n" + "\n".join(lines)
     print("\n" + table)

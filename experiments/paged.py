@@ -1,4 +1,5 @@
-"""Paged K/V inputs for the attention benchmarks (`bench_decode`, `bench_split_kv`, `bench_vs_fa3`), on the GPU."""
+"""Paged K/V inputs for the attention benchmarks (`bench_decode`, `bench_split_kv`, `bench_vs_fa3`, `bench_prefill`),
+on the GPU."""
 
 from __future__ import annotations
 

@@ -71,32 +71,29 @@ def _interrupt(tmp_path: Path, ready, args: list[str] | None = None) -> tuple[st
     return stdout, stderr, stopped_s
 
 
-def _running(tmp_path: Path) -> bool:
-    """A searched trial (not the baseline) is running: read from the store's table directly (well under a
-    millisecond) rather than by loading the study (tens of milliseconds), so that a pruned trial, shorter than a
-    whole one, is seen and signalled while it runs also on a loaded machine."""
+def _read(tmp_path: Path, sql: str, *params) -> tuple | None:
+    """The first row of a query on the study's store, read directly (well under a millisecond, where loading the
+    study takes tens of milliseconds): a short phase is seen and signalled while it runs, also on a loaded machine.
+    None before the tables exist or while a write holds the lock."""
     db = tmp_path / "optuna.db"
     if not db.is_file():
-        return False
+        return None
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.1) as conn:
-            return conn.execute("SELECT 1 FROM trials WHERE state = 'RUNNING' AND number > 0").fetchone() is not None
-    except sqlite3.OperationalError:  # the tables not created yet, or a write holding the lock
-        return False
+            return conn.execute(sql, params).fetchone()
+    except sqlite3.OperationalError:
+        return None
+
+
+def _running(tmp_path: Path) -> bool:
+    """A searched trial (not the baseline) is running (a pruned one is shorter than a whole one)."""
+    return _read(tmp_path, "SELECT 1 FROM trials WHERE state = 'RUNNING' AND number > 0") is not None
 
 
 def _concluding(tmp_path: Path) -> bool:
-    """Two measurements of the conclusion kept: read from the store's table directly, as `_running` does."""
-    db = tmp_path / "optuna.db"
-    if not db.is_file():
-        return False
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.1) as conn:
-            (kept,) = conn.execute("SELECT count(*) FROM study_user_attributes WHERE key LIKE ?",
-                                   (f"{PREFIX}%",)).fetchone()
-    except sqlite3.OperationalError:  # the tables not created yet, or a write holding the lock
-        return False
-    return kept >= 2
+    """Two measurements of the conclusion kept."""
+    kept = _read(tmp_path, "SELECT count(*) FROM study_user_attributes WHERE key LIKE ?", f"{PREFIX}%")
+    return kept is not None and kept[0] >= 2
 
 
 @pytest.mark.slow
