@@ -1,6 +1,7 @@
 """Paged prefill (flash) attention vs torch SDPA's flash backend on contiguous inputs.
 
-    python -m experiments.bench_prefill [--sweep | --warp-specialized] [--heads 28 4] [--record]
+    python -m experiments.bench_prefill [--sweep | --warp-specialized | --tma] [--heads 28 4] [--block-size 16]
+                                        [--record]
 
 Causal prompts, 32 query / 8 kv heads (`--heads`: Qwen2-7B's 28 / 4), head_dim 128, bf16; the paged
 kernel reads K/V from a block-size-16 cache whose tables are a random permutation of the pool. Fresh
@@ -9,6 +10,9 @@ paged kernel alone, SDPA has no such causal alignment). `--sweep` includes packe
 (`pack_gqa`: a KV head's query heads in one program). `--warp-specialized`: only the warp-specialized launches
 beside their twins (the same launch without it) and the default, on a fresh 2,048-token prompt and the chunks
 after a prefix, each checked against the torch reference first (a short device call: about seven compilations).
+`--tma`: the launches that can load K/V tiles by TMA (`PrefillTuning.page_tma`, where a tile lies in one page),
+each beside its twin loading by pointers, checked; with `--block-size` 64 or 128 (pages of that many tokens; the
+default 16 holds no 64-key tile, so nothing takes TMA there).
 Reports tokens/s and TFLOP/s (causal: 2 matmuls x 2 FLOP x L(L+1)/2 x D per head) of each and the
 ratio SDPA time / paged time (>= 1.0 means the paged kernel is as fast). The first row per shape is
 the launch the runtime picks (`default_tuning` of the step's `PrefillPlan`); `--sweep` adds variants.
@@ -27,7 +31,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from experiments.paged import paged_inputs
 from experiments.record import add_record_args, header, record
 from experiments.timing import time_ms
-from kernels.paged_prefill import PrefillTuning, default_tuning, launch_paged_prefill, paged_prefill_reference
+from kernels.paged_prefill import (
+    LONG_TUNING,
+    PREFIXED_TUNING,
+    SHORT_TUNING,
+    PrefillTuning,
+    default_tuning,
+    launch_paged_prefill,
+    paged_prefill_reference,
+)
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16
 SHAPES = [(1, 512), (1, 1024), (1, 2048), (1, 4096), (1, 8192), (16, 512), (4, 2048)]  # (sequences, length)
@@ -43,9 +55,17 @@ SWEEP = [PrefillTuning(*launch) for launch in [
 WS_PAIRS = [launch for t in SWEEP if t.warp_specialize for launch in (t._replace(warp_specialize=False), t)]
 
 
-def chunk_inputs(seqs: int, length: int, prefix: int = 0, heads: tuple[int, int] = (Q_HEADS, KV_HEADS)):
-    """`seqs` chunks of `length` tokens, each after `prefix` cached positions."""
-    k_cache, v_cache, tables, lens = paged_inputs(seqs, prefix + length, BLOCK_SIZE, kv_heads=heads[1],
+def tma_pairs() -> list[PrefillTuning]:
+    """The launches of `--tma`, each after its twin without TMA."""
+    bases = [SHORT_TUNING, LONG_TUNING, PREFIXED_TUNING, PrefillTuning(128, 64, 8, 3, False),
+             PrefillTuning(128, 64, 8, 3, True)]
+    return [launch for t in bases for launch in (t._replace(page_tma=False), t._replace(page_tma=True))]
+
+
+def chunk_inputs(seqs: int, length: int, prefix: int = 0, heads: tuple[int, int] = (Q_HEADS, KV_HEADS),
+                 block_size: int = BLOCK_SIZE):
+    """`seqs` chunks of `length` tokens, each after `prefix` cached positions, on pages of `block_size` tokens."""
+    k_cache, v_cache, tables, lens = paged_inputs(seqs, prefix + length, block_size, kv_heads=heads[1],
                                                   head_dim=HEAD_DIM)
     qsl = torch.arange(0, seqs * length + 1, length, device="cuda", dtype=torch.int32)
     query = torch.randn(seqs * length, heads[0], HEAD_DIM, device="cuda", dtype=torch.bfloat16)
@@ -72,7 +92,7 @@ def max_error(inputs, tuning: PrefillTuning) -> float:
 
 
 def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], sweep: list[PrefillTuning],
-               check: bool = False) -> list[str]:
+               check: bool = False, block_size: int = BLOCK_SIZE) -> list[str]:
     """The launch the runtime picks and the `sweep` variants on one shape; SDPA beside fresh prompts; with `check`,
     each launch's largest difference from the reference before its time."""
     tokens = seqs * length
@@ -80,7 +100,7 @@ def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], swee
     sdpa = time_sdpa(seqs, length, heads) if prefix == 0 else None
     sdpa_cells = "- | - | - | - |" if sdpa is None else \
         f"{sdpa:.3f} | {tokens / sdpa / 1e3:.2f} | {flops / sdpa / 1e9:.0f} |"
-    inputs = chunk_inputs(seqs, length, prefix, heads)
+    inputs = chunk_inputs(seqs, length, prefix, heads, block_size)
     chosen = default_tuning(tokens, seqs, seqs * (prefix + length))  # the runtime's plan passes it the keys
     out = []
     for tuning in [chosen, *(t for t in sweep if t != chosen)]:
@@ -103,24 +123,30 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="also time launch variants")
     parser.add_argument("--warp-specialized", action="store_true",
                         help="only the warp-specialized launches and their twins, checked, on 2,048-token chunks")
+    parser.add_argument("--tma", action="store_true",
+                        help="only the launches that can load tiles by TMA and their pointer twins, checked")
     parser.add_argument("--heads", type=int, nargs=2, default=[Q_HEADS, KV_HEADS], metavar=("QUERY", "KV"))
+    parser.add_argument("--block-size", type=int, default=BLOCK_SIZE, help="tokens a page of the cache")
     add_record_args(parser)
     args = parser.parse_args()
     heads = (args.heads[0], args.heads[1])
     lines = [
-        "| seqs x tokens after cached | launch (block_m, block_n, warps, stages, pack_gqa, warp_specialize) "
+        f"| seqs x tokens after cached ({args.block_size}-token pages) "
+        "| launch (block_m, block_n, warps, stages, pack_gqa, warp_specialize, page_tma) "
         "| paged ms | paged Mtok/s | paged TFLOP/s | SDPA flash ms | SDPA Mtok/s | SDPA TFLOP/s | SDPA/paged |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    if args.warp_specialized:
+    if args.warp_specialized or args.tma:
         lines[0] = lines[0].replace("| paged ms", "| check | paged ms")
         lines[1] += "---|"
-        for seqs, length, prefix in [(1, 2048, 0), *PREFIXED[:2]]:
-            lines += shape_rows(seqs, length, prefix, heads, WS_PAIRS, check=True)
+        pairs, shapes = (WS_PAIRS, [(1, 2048, 0), *PREFIXED[:2]]) if args.warp_specialized else \
+            (tma_pairs(), [(1, 2048, 0), (4, 2048, 0), (16, 512, 0), (1, 8192, 0), *PREFIXED])
+        for seqs, length, prefix in shapes:
+            lines += shape_rows(seqs, length, prefix, heads, pairs, check=True, block_size=args.block_size)
     else:
         sweep = SWEEP if args.sweep else []
         for seqs, length, prefix in [(seqs, length, 0) for seqs, length in SHAPES] + PREFIXED:
-            lines += shape_rows(seqs, length, prefix, heads, sweep)
+            lines += shape_rows(seqs, length, prefix, heads, sweep, block_size=args.block_size)
     title = f"Paged prefill attention vs SDPA flash ({heads[0]} / {heads[1]} heads; kernels, issue 3)"
     table = header(title) + "\n" + "\n".join(lines)
     print("\n" + table)

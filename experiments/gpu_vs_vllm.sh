@@ -13,6 +13,11 @@
 #   bash experiments/gpu_vs_vllm.sh all --open-repeats 2            # all three in one run of bench_vs_vllm
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
 #   bash experiments/gpu_vs_vllm.sh install                         # vLLM alone (for gpu_background.sh)
+#   bash experiments/gpu_vs_vllm.sh azure-variants                  # azure-code: pagetune, vLLM, pagetune on
+#       128-token pages with K/V by TMA, and pagetune with the kernels in .old/kernels (carried; see gpu_prefill_tma.sh): a kernel
+#       change judged end to end beside its baseline, in one background run (about 10 minutes; then `wait`).
+#       ENGINES=pagetune: without vLLM (no part burst; .whlmini and .traces carried), about 6 minutes.
+#       PRE='COMMAND': a command run first in the same background session (e.g. 'bash experiments/gpu_prefill_tma.sh')
 #
 # `all` runs longer than a call may (about 16 minutes with two open-loop replays): experiments/gpu_background.sh
 # runs it in a session of its own and `wait` (carrying nothing) collects it: $OUT/vs.tar.gz.
@@ -40,6 +45,18 @@ case "${1:?model, all, wait or install}" in
     shift; install || exit 1
     bash "$here/gpu_background.sh" start vs \
       "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*" ;;
+  azure-variants)
+    shift
+    if [ "${ENGINES:-pagetune,vllm}" = pagetune ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite .whlmini/*.whl || exit 1
+    else install || exit 1; fi
+    old=/tmp/oldtree; rm -rf $old && mkdir -p $old
+    tar --exclude=./.vllm -cf - . | tar -xf - -C $old && cp -r .old/kernels/. $old/kernels/
+    run="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --open-repeats 2"
+    run="$run --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*"
+    bash "$here/gpu_background.sh" start vs ${PRE:+"$PRE"} "$run --engines ${ENGINES:-pagetune,vllm}" \
+      "$run --engines pagetune --tag pages128-tma --knobs '{\"block_size\": 128, \"page_tma\": true}'" \
+      "cd $old && $run --engines pagetune --tag old-kernels" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
     model=$1; workloads=${2:?workloads}; shift 2

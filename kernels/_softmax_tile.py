@@ -22,21 +22,37 @@ def _attend_tile(
     USE_CLIP: tl.constexpr, USE_KEEP: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     """q [M, D]; k_ptrs, v_ptrs [N, D] with kv_mask; keep broadcasts to [M, N]. Returns (m, l, acc)."""
-    k = tl.load(k_ptrs, mask=kv_mask, other=0.0).to(q.dtype)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [M, N]
+    k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
+    v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+    return attend_kv(q, k, v, keep, m_i, l_i, acc, scale_log2, clip_log2, USE_CLIP, USE_KEEP, DOT_PRECISION)
+
+
+def _attend_kv(
+    q, k, v, keep, m_i, l_i, acc, scale_log2, clip_log2,
+    USE_CLIP: tl.constexpr, USE_KEEP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The step on loaded K/V tiles [N, D] (any dtype; cast to q's).
+
+    Without a clip the scale is folded into the exponent (the row max of the raw scores, scaled, is the max of the
+    scaled ones): one multiply-add a score. The accumulator is rescaled first and the P @ V product accumulates into
+    it (`tl.dot`'s acc), as Hopper's wgmma does, rather than into a fresh tile added afterwards."""
+    s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION)  # [M, N]
     if USE_CLIP:
-        s = tl.minimum(tl.maximum(s, -clip_log2), clip_log2)
+        s = tl.minimum(tl.maximum(s * scale_log2, -clip_log2), clip_log2)
+        scale = 1.0
+    else:
+        scale = scale_log2
     if USE_KEEP:
         s = tl.where(keep, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
     alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    p = tl.exp2(s * scale - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_ptrs, mask=kv_mask, other=0.0).to(q.dtype)
-    acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc, input_precision=DOT_PRECISION)
     return m_new, l_i, acc
 
-
+attend_kv = triton.jit(_attend_kv) if triton is not None else _attend_kv
 attend_tile = triton.jit(_attend_tile) if triton is not None else _attend_tile
 
 

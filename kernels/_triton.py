@@ -26,8 +26,15 @@ except Exception as exc:  # why: any failure (missing, broken CUDA libs) must le
     triton = None
     tl = None
     TRITON_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+try:  # host-side TMA descriptors (Triton 3.3 on); without them the kernels load tiles by pointers
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except Exception:  # why: Triton missing or older: the pointer path serves
+    TensorDescriptor = None
 
-__all__ = ["TRITON_IMPORT_ERROR", "interpreting", "kernel_for", "next_power_of_2", "tl", "triton", "triton_available"]
+__all__ = [
+    "TRITON_IMPORT_ERROR", "TensorDescriptor", "interpreting", "kernel_for", "next_power_of_2", "tl", "triton",
+    "triton_available",
+]
 
 
 def triton_available() -> bool:

@@ -30,8 +30,8 @@ import torch
 
 from kernels._checks import CacheGeometry, check_cache_pair, check_clip, check_index, check_query, output_for
 from kernels._gather import gather_kv, masked_softmax_attend
-from kernels._softmax_tile import attend_tile, dot_options
-from kernels._triton import kernel_for, next_power_of_2, tl
+from kernels._softmax_tile import attend_kv, attend_tile, dot_options
+from kernels._triton import TensorDescriptor, interpreting, kernel_for, next_power_of_2, tl
 
 __all__ = [
     "LONG_TUNING", "PREFIXED_TUNING", "SHORT_TUNING", "PrefillTuning", "default_tuning", "for_group",
@@ -52,6 +52,9 @@ class PrefillTuning(NamedTuple):
     # Triton's warp specialization of the key loop (`tl.range(warp_specialize=...)`): producer warps load the next
     # K/V tiles while the others compute. Not yet timed on a GPU; no default takes it (benchmarks sweep it).
     warp_specialize: bool = False
+    # K/V tiles by bulk tensor copies (TMA descriptors) where a tile lies in one page (`_page_tma`); else by pointers.
+    # Not yet timed on a GPU; no default takes it (benchmarks and tests ask for it).
+    page_tma: bool = False
 
 
 # Measured on an H200 (experiments/RESULTS.md): small tiles win until chunks average LONG_CHUNK tokens.
@@ -86,13 +89,13 @@ def _pack(tuning: PrefillTuning, group: int) -> int:
 
 
 def _prefill_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, bt_ptr, qsl_ptr, ctx_ptr,
+    q_ptr, k_ptr, v_ptr, k_desc, v_desc, out_ptr, bt_ptr, qsl_ptr, ctx_ptr,
     scale_log2, clip_log2, num_seqs,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kb, stride_ko, stride_kh, stride_vb, stride_vo, stride_vh, stride_bt,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_CLIP: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    COMPUTE_F16: tl.constexpr, PACK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    COMPUTE_F16: tl.constexpr, PACK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, PAGE_TMA: tl.constexpr,
 ):  # fmt: skip
     TOKENS: tl.constexpr = BLOCK_M // PACK  # query tokens a tile holds
     # why reversed: the last tiles of a sequence see the most keys; starting them first evens the tail
@@ -149,20 +152,30 @@ def _prefill_kernel(
             n_hi = end
         for n0 in tl.range(n_lo, n_hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
             pos = n0 + offs_n  # [BLOCK_N]
-            if stage == 0:
-                block = tl.load(table + pos // BLOCK_SIZE).to(tl.int64)
-                nd_mask = d_mask[None, :]
-            else:
-                block = tl.load(table + pos // BLOCK_SIZE, mask=pos < end, other=0).to(tl.int64)
-                nd_mask = (pos < end)[:, None] & d_mask[None, :]
-            within = pos % BLOCK_SIZE
-            k_rows = block * stride_kb + within * stride_ko + kv_head * stride_kh
-            v_rows = block * stride_vb + within * stride_vo + kv_head * stride_vh
             causal = pos[None, :] <= q_pos[:, None]  # applied in stage 1 only
-            m_i, l_i, acc = attend_tile(
-                q, k_ptr + k_rows[:, None] + offs_d[None, :], v_ptr + v_rows[:, None] + offs_d[None, :], nd_mask,
-                causal, m_i, l_i, acc, scale_log2, clip_log2, USE_CLIP, stage == 1, DOT_PRECISION,
-            )  # fmt: skip
+            if PAGE_TMA:  # the tile lies in one page: one bulk copy each of K and V (see `_page_tma`)
+                row = tl.load(table + n0 // BLOCK_SIZE) * BLOCK_SIZE + n0 % BLOCK_SIZE
+                k = k_desc.load([row, kv_head * HEAD_DIM])
+                v = v_desc.load([row, kv_head * HEAD_DIM])
+                if stage == 1:  # why: slots past the context hold another sequence's (finite) values; p is 0 there
+                    v = tl.where((pos < end)[:, None], v, 0.0)
+                m_i, l_i, acc = attend_kv(
+                    q, k, v, causal, m_i, l_i, acc, scale_log2, clip_log2, USE_CLIP, stage == 1, DOT_PRECISION,
+                )  # fmt: skip
+            else:
+                if stage == 0:
+                    block = tl.load(table + pos // BLOCK_SIZE).to(tl.int64)
+                    nd_mask = d_mask[None, :]
+                else:
+                    block = tl.load(table + pos // BLOCK_SIZE, mask=pos < end, other=0).to(tl.int64)
+                    nd_mask = (pos < end)[:, None] & d_mask[None, :]
+                within = pos % BLOCK_SIZE
+                k_rows = block * stride_kb + within * stride_ko + kv_head * stride_kh
+                v_rows = block * stride_vb + within * stride_vo + kv_head * stride_vh
+                m_i, l_i, acc = attend_tile(
+                    q, k_ptr + k_rows[:, None] + offs_d[None, :], v_ptr + v_rows[:, None] + offs_d[None, :],
+                    nd_mask, causal, m_i, l_i, acc, scale_log2, clip_log2, USE_CLIP, stage == 1, DOT_PRECISION,
+                )  # fmt: skip
 
     out = acc / l_i[:, None]  # every row sees position 0, so l_i > 0
     tl.store(
@@ -217,18 +230,46 @@ def _launch(
         return out
     group = num_heads // geometry.num_kv_heads
     pack = _pack(tuning, group)
+    block_d = max(16, next_power_of_2(head_dim))
+    descs = _page_descriptors(k_cache, v_cache, geometry, tuning.block_n) if _page_tma(
+        k_cache, v_cache, geometry, tuning) else (None, None)
     kernel = kernel_for(_prefill_kernel, query.device)
     kernel[(num_tokens // (tuning.block_m // pack) + batch, geometry.num_kv_heads if pack > 1 else num_heads)](
-        query, k_cache, v_cache, out, block_tables, query_start_loc, context_lens,
+        query, k_cache, v_cache, *descs, out, block_tables, query_start_loc, context_lens,
         scale * LOG2E, (qk_clip or 0.0) * LOG2E, batch,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_power_of_2(head_dim)),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_SIZE=geometry.block_size, BLOCK_M=tuning.block_m, BLOCK_N=tuning.block_n,
         USE_CLIP=qk_clip is not None, **dot_options(query, k_cache), PACK=pack,
-        WARP_SPECIALIZE=tuning.warp_specialize, num_warps=tuning.num_warps, num_stages=tuning.num_stages,
+        WARP_SPECIALIZE=tuning.warp_specialize, PAGE_TMA=descs[0] is not None,
+        num_warps=tuning.num_warps, num_stages=tuning.num_stages,
     )  # fmt: skip
     return out
+
+
+def _page_tma(k_cache: torch.Tensor, v_cache: torch.Tensor, geometry: CacheGeometry, tuning: PrefillTuning) -> bool:
+    """Whether the launch loads K/V tiles by TMA: asked for, a tile within one page (pages a multiple of
+    `block_n` tokens; every tile starts at a multiple of block_n), a power-of-two head size, contiguous caches
+    (a layer's pool is then a [pages x page tokens, heads x head_dim] matrix), on Hopper or later (or the
+    interpreter)."""
+    if not tuning.page_tma or geometry.block_size % tuning.block_n or TensorDescriptor is None:
+        return False
+    if next_power_of_2(geometry.head_dim) != geometry.head_dim or geometry.head_dim < 16:
+        return False
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        return False
+    if k_cache.device.type == "cuda":
+        return torch.cuda.get_device_capability(k_cache.device) >= (9, 0)
+    return interpreting()
+
+
+def _page_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, geometry: CacheGeometry, block_n: int) -> tuple:
+    """TMA descriptors of both pools as [pages x page tokens, heads x head_dim] matrices, a tile being block_n
+    rows (positions) x head_dim columns (one head)."""
+    rows, cols = geometry.num_blocks * geometry.block_size, geometry.num_kv_heads * geometry.head_dim
+    return tuple(TensorDescriptor(cache.view(rows, cols), [rows, cols], [cols, 1], [block_n, geometry.head_dim])
+                 for cache in (k_cache, v_cache))
 
 
 def paged_prefill(

@@ -13,9 +13,11 @@ import pytest
 import torch
 from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_error
 
+from kernels._checks import CacheGeometry
 from kernels.paged_prefill import (
     PREFIXED_TUNING,
     PrefillTuning,
+    _page_tma,
     default_tuning,
     launch_paged_prefill,
     paged_prefill,
@@ -113,3 +115,44 @@ def test_paged_prefill_public_wrapper_with_default_tuning_and_head_dim_24() -> N
     query = make_query(sum(q_lens), 2, 24, F32)
     args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens), kv.context_lens)
     assert rel_error(paged_prefill(*args, scale=0.2), paged_prefill_reference(*args, scale=0.2)) < 1e-5
+
+
+TMA = SMALL._replace(page_tma=True)
+TMA_CASES = [  # (tuning, block_size, group, chunk lens, context lens, qk_clip): pages of one tile or of several
+    (TMA, 16, 4, [5, 37, 16], [9, 50, 40], None),
+    (TMA, 64, 1, [33, 1, 2, 16], [70, 7, 18, 100], 0.5),  # four 16-key tiles a page
+    (PACKED._replace(page_tma=True), 32, 7, [20, 3, 40], [150, 200, 300], None),
+]
+
+
+@pytest.mark.parametrize(("tuning", "block_size", "group", "q_lens", "lens", "clip"), TMA_CASES)
+def test_tiles_by_tma_compute_what_tiles_by_pointers_compute(tuning, block_size, group, q_lens, lens, clip) -> None:
+    """Where a key tile lies in one page, K/V come by TMA descriptors: the same output as the pointer loads, bit
+    for bit, with the slots past each context (a page's unwritten tail) full of NaN: they are masked, never used."""
+    kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=2, head_dim=16, cache_dtype=F32)
+    for seq, ctx in enumerate(lens):
+        page, tail = kv.block_tables[seq, (ctx - 1) // block_size], ctx % block_size
+        if tail:
+            kv.k_cache[page, tail:] = float("nan")
+            kv.v_cache[page, tail:] = float("nan")
+    query = make_query(sum(q_lens), 2 * group, 16, F32)
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens), kv.context_lens)
+    by_tma = launch_paged_prefill(*args, scale=0.25, qk_clip=clip, tuning=tuning)
+    by_pointers = launch_paged_prefill(*args, scale=0.25, qk_clip=clip, tuning=tuning._replace(page_tma=False))
+    assert not by_tma.isnan().any()
+    assert torch.equal(by_tma, by_pointers)
+    assert rel_error(by_tma, paged_prefill_reference(*args, scale=0.25, qk_clip=clip)) < TOLERANCE[F32]
+
+
+def test_tma_is_taken_where_a_tile_lies_in_one_page() -> None:
+    kv = make_paged_kv([40], block_size=16, num_kv_heads=1, head_dim=16, cache_dtype=F32)
+    geometry = CacheGeometry(*kv.k_cache.shape)
+    assert _page_tma(kv.k_cache, kv.v_cache, geometry, TMA)  # 16-key tiles in 16-token pages
+    assert not _page_tma(kv.k_cache, kv.v_cache, geometry, SMALL)  # not asked for: the default
+    assert not _page_tma(kv.k_cache, kv.v_cache, geometry, TMA._replace(block_n=32))  # a tile over two pages
+    assert _page_tma(kv.k_cache[1:], kv.v_cache[1:], geometry._replace(num_blocks=geometry.num_blocks - 1),
+                     TMA._replace(block_n=8))  # a slice of whole pages is still one matrix; 8-key tiles, 2 a page
+    odd = make_paged_kv([40], block_size=16, num_kv_heads=1, head_dim=24, cache_dtype=F32)  # not a power of two
+    assert not _page_tma(odd.k_cache, odd.v_cache, CacheGeometry(*odd.k_cache.shape), TMA)
+    halves = kv.k_cache[..., :8], kv.v_cache[..., :8]  # a view that is no matrix
+    assert not _page_tma(*halves, geometry._replace(head_dim=8), TMA)

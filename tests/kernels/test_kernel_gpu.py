@@ -9,7 +9,7 @@ from kernel_factories import make_paged_kv, make_query, query_start_loc, rel_err
 from kernels import paged_decode, paged_decode_reference, paged_prefill, paged_prefill_reference, prefill_attention
 from kernels.kv_write import write_kv, write_kv_reference
 from kernels.paged_decode import DecodeTuning, launch_paged_decode
-from kernels.paged_prefill import PREFIXED_TUNING, PrefillTuning, launch_paged_prefill
+from kernels.paged_prefill import LONG_TUNING, PREFIXED_TUNING, SHORT_TUNING, PrefillTuning, launch_paged_prefill
 from kernels.skinny_gemm import CANDIDATES, SkinnyTuning, skinny_linear
 
 pytestmark = [
@@ -94,6 +94,27 @@ def test_paged_prefill_bf16(block_size: int, group: int, clip: float | None, cac
     out = paged_prefill(*args, scale=128**-0.5, qk_clip=clip)
     assert not out.isnan().any()
     assert rel_error(out, paged_prefill_reference(*args, scale=128**-0.5, qk_clip=clip)) <= 1e-2
+
+
+@pytest.mark.parametrize("block_size", [64, 128])
+@pytest.mark.parametrize("tuning", [SHORT_TUNING, LONG_TUNING, PREFIXED_TUNING])
+@pytest.mark.parametrize("cache_dtype", [BF16, FP8])
+def test_prefill_by_tma_equals_prefill_by_pointers(block_size: int, tuning: PrefillTuning,
+                                                   cache_dtype: torch.dtype) -> None:
+    """Pages that hold whole key tiles: K/V by TMA give the pointer loads' output (a page's unwritten tail NaN)."""
+    q_lens, lens = [1, 37, 300, 2048, 129], [1, 100, 1000, 6000, 700]
+    kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=4, head_dim=128, cache_dtype=cache_dtype,
+                       device="cuda")
+    for seq, ctx in enumerate(lens):
+        if ctx % block_size:
+            kv.v_cache[kv.block_tables[seq, (ctx - 1) // block_size], ctx % block_size:] = float("nan")
+    query = make_query(sum(q_lens), 4 * 7, 128, BF16, device="cuda")
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens, "cuda"), kv.context_lens)
+    out = launch_paged_prefill(*args, scale=128**-0.5, qk_clip=None, tuning=tuning._replace(page_tma=True))
+    assert not out.isnan().any()
+    assert torch.allclose(out, launch_paged_prefill(*args, scale=128**-0.5, qk_clip=None,
+                                                    tuning=tuning._replace(page_tma=False)), atol=0, rtol=0)
+    assert rel_error(out, paged_prefill_reference(*args, scale=128**-0.5)) <= 1e-2
 
 
 @pytest.mark.parametrize("group", [4, 7])

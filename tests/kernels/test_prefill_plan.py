@@ -31,8 +31,8 @@ def test_default_tuning_packs_where_the_prefixes_are_as_long_as_the_chunks(token
 
 
 def test_prefixed_tuning_is_the_long_tiles_packed() -> None:
-    # (block_m, block_n, num_warps, num_stages, pack_gqa, warp_specialize)
-    assert tuple(PREFIXED_TUNING) == (128, 128, 8, 3, True, False)
+    # (block_m, block_n, num_warps, num_stages, pack_gqa, warp_specialize, page_tma)
+    assert tuple(PREFIXED_TUNING) == (128, 128, 8, 3, True, False, False)
     assert PREFIXED_TUNING._replace(pack_gqa=False) == LONG_TUNING
 
 
