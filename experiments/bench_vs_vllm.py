@@ -99,7 +99,7 @@ def main() -> None:
                     "\"page_tma\": true, the default prefill launches with K/V by TMA (`PrefillTuning.page_tma`)")
     ap.add_argument("--tag", default="", help="a suffix for this run's result file (variants of one engine)")
     ap.add_argument("--open-repeats", type=int, default=1,
-                    help="open-loop replays per workload (other arrivals and token ids each); p50/p99 pooled")
+                    help="open-loop replays per workload (other arrivals and token ids each); p50/p99 pooled; 0: none")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child:

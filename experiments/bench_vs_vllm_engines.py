@@ -61,7 +61,9 @@ def tma_by_default() -> None:
 def open_loops(side, name: str, w, repeats: int) -> dict[str, Any]:
     """`repeats` open-loop replays at the workload's rate, each on its own arrivals and token ids: the latency
     figures pooled over every replay's requests (a p99 of 160-200 requests is its second-largest value), and
-    each replay's own, for the spread."""
+    each replay's own, for the spread. None for 0 repeats (offline figures only)."""
+    if repeats == 0:
+        return {}
     n, rate = OPEN[name]
     lens = [(w.prompt_lens[i % len(w.prompt_lens)], w.output_lens[i % len(w.output_lens)]) for i in range(n)]
     runs = [side.open_loop(prompts([p for p, _ in lens], side.vocab, 5 + 10 * k), [o for _, o in lens],
