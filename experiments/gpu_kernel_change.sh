@@ -4,15 +4,24 @@
 #      TMA on 128-token pages; the GPU kernel tests ($OUT/prefill.md, $OUT/kernel-tests.log);
 #   2. azure-code (Qwen2-7B) on pagetune alone, offline (first and best of two warm runs; no open loop): the
 #      working tree, the old kernels, and 128-token pages with K/V by TMA ($OUT/e2e/*.json, $OUT/e2e.md).
-# Carry .old .whlmini .traces. Each step has its own time limit, so what ran comes back.
+# Carry .old .whlmini .traces. Each step has its own time limit, so what ran comes back: KERNEL_S (170) for the
+# before/after benches and the tests, TMA_S (100) for the TMA bench ($OUT/prefill-tma128.md), E2E_S (100) for each
+# engine run of step 2; E2E: which of new,old,tma run (default all three).
 set -o pipefail
 export PYTHONUNBUFFERED=1
-MODES=',--tma --block-size 128' timeout 250 bash experiments/gpu_prefill_tma.sh
+MODES=default timeout ${KERNEL_S:-170} bash experiments/gpu_prefill_tma.sh  # before and after, the GPU kernel tests
+PYTHONPATH=$PWD timeout ${TMA_S:-100} python3 -m experiments.bench_prefill --heads 28 4 --tma --block-size 128 2>&1 \
+  | sed -n '/^## Paged/,$p' > $OUT/prefill-tma128.md
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite .whlmini/*.whl || exit 1
 old=/tmp/oldtree; rm -rf $old && mkdir -p $old && tar -cf - . | tar -xf - -C $old && cp -r .old/kernels/. $old/kernels/
 run="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --engines pagetune --open-repeats 0"
 run="$run --trace $PWD/.traces/azure_llm_2023_code.csv --out $OUT/e2e"
 export PYTHONPATH=/tmp/vsite:$PWD
-timeout 100 $run 2>&1 | grep -E "^\{|^!!|Error" | cut -c1-300
-(cd $old && PYTHONPATH=/tmp/vsite:$old timeout 100 $run --tag old-kernels 2>&1 | grep -E "^\{|^!!|Error" | cut -c1-300)
-timeout 100 $run --tag pages128-tma --knobs '{"block_size": 128, "page_tma": true}' 2>&1 | tail -n 12 | tee $OUT/e2e.md
+e2e=",${E2E:-new,old,tma},"
+[[ $e2e == *,new,* ]] && timeout ${E2E_S:-100} $run 2>&1 | grep -E "^\{|^!!|Error" | cut -c1-300
+[[ $e2e == *,old,* ]] && (cd $old && PYTHONPATH=/tmp/vsite:$old timeout ${E2E_S:-100} $run --tag old-kernels 2>&1 \
+  | grep -E "^\{|^!!|Error" | cut -c1-300)
+[[ $e2e == *,tma,* ]] && timeout ${E2E_S:-100} $run --tag pages128-tma --knobs '{"block_size": 128, "page_tma": true}' \
+  2>&1 | grep -E "^\{|^!!|Error" | cut -c1-300
+python3 -c "from experiments.bench_vs_vllm import table; from pathlib import Path; print(table(Path('$OUT/e2e')))" \
+  | tee $OUT/e2e.md

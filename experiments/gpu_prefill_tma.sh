@@ -7,8 +7,8 @@
 #   - the warp-specialized launches beside their twins, checked;
 #   - the GPU kernel tests.
 # Optional first argument: a vLLM part to copy to /tmp (cp .vllm/pK/partK /tmp/), so the call also starts the
-# five-part burst of gpu_vs_vllm.sh. MODES: the "after" runs' bench_prefill options, comma-separated (default
-# all four: ',--tma --block-size 64,--tma --block-size 128,--warp-specialized'). Output under $OUT: prefill.md (every table), kernel-tests.log.
+# five-part burst of gpu_vs_vllm.sh. MODES: the "after" runs' bench_prefill options, comma-separated, `default` for
+# none (default all four: 'default,--tma --block-size 64,--tma --block-size 128,--warp-specialized'). Output under $OUT: prefill.md (every table), kernel-tests.log.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 [ -n "${1:-}" ] && cp "$1" /tmp/ && ls -la /tmp/part*
@@ -18,8 +18,9 @@ echo "## before (.old/kernels), 16-token pages" | tee -a $OUT/prefill.md
 rm -rf .old/experiments && cp -r experiments .old/  # why: `python -m` puts the working folder first on the path
 (cd .old && PYTHONPATH=$PWD timeout 150 python3 -m experiments.bench_prefill --heads 28 4 2>&1) \
   | sed -n '/^## Paged/,$p' | tee -a $OUT/prefill.md
-IFS=, read -ra modes <<< "${MODES:-,--tma --block-size 64,--tma --block-size 128,--warp-specialized}"
+IFS=, read -ra modes <<< "${MODES:-default,--tma --block-size 64,--tma --block-size 128,--warp-specialized}"
 for mode in "${modes[@]}"; do
+  [ "$mode" = default ] && mode=""
   echo "## after: $mode" | tee -a $OUT/prefill.md
   PYTHONPATH=$PWD timeout 200 python3 -m experiments.bench_prefill --heads 28 4 $mode 2>&1 \
     | sed -n '/^## Paged/,$p' | tee -a $OUT/prefill.md
