@@ -8,10 +8,11 @@
 # before/after benches and the tests, TMA_S (100) for the TMA bench ($OUT/prefill-tma128.md), E2E_S (100) for each
 # engine run of step 2; E2E: which of new,old,tma run (default all three).
 set -o pipefail
+# Bench rows are kept as they print (then the final table's repeats dropped): a run cut at its limit keeps them.
 export PYTHONUNBUFFERED=1
 MODES=default timeout ${KERNEL_S:-170} bash experiments/gpu_prefill_tma.sh  # before and after, the GPU kernel tests
 PYTHONPATH=$PWD timeout ${TMA_S:-100} python3 -m experiments.bench_prefill --heads 28 4 --tma --block-size 128 2>&1 \
-  | sed -n '/^## Paged/,$p' > $OUT/prefill-tma128.md
+  | grep --line-buffered -E '^\||^## |^20' | awk '!seen[$0]++ {print; fflush()}' > $OUT/prefill-tma128.md
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite .whlmini/*.whl || exit 1
 old=/tmp/oldtree; rm -rf $old && mkdir -p $old && tar -cf - . | tar -xf - -C $old && cp -r .old/kernels/. $old/kernels/
 run="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --engines pagetune --open-repeats 0"

@@ -10,6 +10,7 @@
 # five-part burst of gpu_vs_vllm.sh. MODES: the "after" runs' bench_prefill options, comma-separated, `default` for
 # none (default all four: 'default,--tma --block-size 64,--tma --block-size 128,--warp-specialized'). Output under $OUT: prefill.md (every table), kernel-tests.log.
 set -o pipefail
+# Bench rows are kept as they print (then the final table's repeats dropped): a run cut at its limit keeps them.
 export PYTHONUNBUFFERED=1
 [ -n "${1:-}" ] && cp "$1" /tmp/ && ls -la /tmp/part*
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/prefill.md
@@ -17,13 +18,13 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 echo "## before (.old/kernels), 16-token pages" | tee -a $OUT/prefill.md
 rm -rf .old/experiments && cp -r experiments .old/  # why: `python -m` puts the working folder first on the path
 (cd .old && PYTHONPATH=$PWD timeout 150 python3 -m experiments.bench_prefill --heads 28 4 2>&1) \
-  | sed -n '/^## Paged/,$p' | tee -a $OUT/prefill.md
+  | grep --line-buffered -E '^\||^## |^20' | awk '!seen[$0]++ {print; fflush()}' | tee -a $OUT/prefill.md
 IFS=, read -ra modes <<< "${MODES:-default,--tma --block-size 64,--tma --block-size 128,--warp-specialized}"
 for mode in "${modes[@]}"; do
   [ "$mode" = default ] && mode=""
   echo "## after: $mode" | tee -a $OUT/prefill.md
   PYTHONPATH=$PWD timeout 200 python3 -m experiments.bench_prefill --heads 28 4 $mode 2>&1 \
-    | sed -n '/^## Paged/,$p' | tee -a $OUT/prefill.md
+    | grep --line-buffered -E '^\||^## |^20' | awk '!seen[$0]++ {print; fflush()}' | tee -a $OUT/prefill.md
 done
 PYTHONPATH=$PWD timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py 2>&1 \
   | tail -25 | tee $OUT/kernel-tests.log
