@@ -88,7 +88,8 @@ def prefill_attention(
             query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip
         ))
     if plan is None:
-        plan = plan_prefill(query_start_loc.tolist(), context_lens.tolist(), flash_min_len, query.device)
+        plan = plan_prefill(query_start_loc.tolist(), context_lens.tolist(), flash_min_len, query.device,
+                           k_cache.shape[1])
     if plan.all_flash:
         return paged_prefill(
             query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip,

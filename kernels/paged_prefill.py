@@ -19,7 +19,10 @@ first query position need no causal mask (stage 0); the rest do (stage 1).
 
 The launch (`default_tuning`) follows the host's lengths: packed 128x128 tiles where the cached prefixes are, in
 total, at least as long as the chunks; else 64x64 tiles, 128x128 unpacked where chunks average LONG_CHUNK tokens.
-`paged_prefill` reads no length from the device, so the runtime passes the tuning its step's `PrefillPlan` chose.
+On pages of 64 tokens or more a key tile lies in one page, and K/V tiles come by TMA (`PrefillTuning.page_tma`: one
+bulk copy of a [block_n, head_dim] box of the layer's pool, seen as a [pages x page tokens, heads x head_dim]
+matrix), with a rule of their own. `paged_prefill` reads no length from the device, so the runtime passes the
+tuning its step's `PrefillPlan` chose.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from kernels._softmax_tile import attend_kv, attend_tile, dot_options
 from kernels._triton import TensorDescriptor, interpreting, kernel_for, next_power_of_2, tl
 
 __all__ = [
-    "LONG_TUNING", "PREFIXED_TUNING", "SHORT_TUNING", "PrefillTuning", "default_tuning", "for_group",
+    "LONG_TUNING", "PREFIXED_TUNING", "SHORT_TUNING", "TMA_LONG_TUNING", "TMA_SHORT_TUNING", "PrefillTuning",
+    "default_tuning", "for_group",
     "launch_paged_prefill", "paged_prefill", "paged_prefill_reference",
 ]
 
@@ -52,8 +56,8 @@ class PrefillTuning(NamedTuple):
     # Triton's warp specialization of the key loop (`tl.range(warp_specialize=...)`): producer warps load the next
     # K/V tiles while the others compute. Not yet timed on a GPU; no default takes it (benchmarks sweep it).
     warp_specialize: bool = False
-    # K/V tiles by bulk tensor copies (TMA descriptors) where a tile lies in one page (`_page_tma`); else by pointers.
-    # Not yet timed on a GPU; no default takes it (benchmarks and tests ask for it).
+    # K/V tiles by bulk tensor copies (TMA descriptors) where a tile lies in one page (`_page_tma`; else by pointers):
+    # the defaults on pages of 64 tokens and more (`default_tuning`)
     page_tma: bool = False
 
 
@@ -69,10 +73,27 @@ LONG_CHUNK = 4096
 PREFIXED_TUNING = PrefillTuning(block_m=128, block_n=128, num_warps=8, num_stages=3, pack_gqa=True)
 
 
-def default_tuning(num_tokens: int, num_seqs: int, num_keys: int) -> PrefillTuning:
+# On pages that hold whole key tiles, K/V come by TMA. Measured on an H100 (experiments/RESULTS.md, "The prefill
+# kernel's K/V by TMA"; Qwen2-7B's 28 / 4 heads, 128-token pages), against the 16-token pages' defaults: 128x128
+# tiles unpacked 1.22x at 4 x 2,048, 1.18x at 1 x 8,192, 1.16x at 2,048 after 2,048; 64x64 tiles 1.16x at 16 x 512,
+# where 128x128 ones lose; level at 1 x 2,048. So 128x128 from chunks averaging TMA_LONG_CHUNK tokens (between the
+# measured 512 and 2,048) or after cached prefixes, 64x64 below; on 64-token pages 64x64 always.
+TMA_SHORT_TUNING = SHORT_TUNING._replace(page_tma=True)
+TMA_LONG_TUNING = LONG_TUNING._replace(page_tma=True)
+TMA_LONG_CHUNK = 1024
+
+
+def default_tuning(num_tokens: int, num_seqs: int, num_keys: int, page_tokens: int = 0) -> PrefillTuning:
     """The launch for `num_tokens` query rows in `num_seqs` chunks whose context lengths (each chunk's own
-    tokens included) sum to `num_keys`; 0 keys (not known) gives the rule of fresh prompts."""
-    if num_tokens > 0 and num_keys >= 2 * num_tokens:  # the cached prefixes, in total, as long as the chunks
+    tokens included) sum to `num_keys`, on a cache of `page_tokens`-token pages; 0 keys (not known) gives the rule
+    of fresh prompts, 0 page tokens (not known) the rule of pages too small for TMA."""
+    prefixed = num_tokens > 0 and num_keys >= 2 * num_tokens  # the cached prefixes, in total, as long as the chunks
+    if page_tokens >= TMA_LONG_TUNING.block_n:
+        long = prefixed or num_tokens >= TMA_LONG_CHUNK * max(1, num_seqs)
+        return TMA_LONG_TUNING if long else TMA_SHORT_TUNING
+    if page_tokens >= TMA_SHORT_TUNING.block_n:
+        return TMA_SHORT_TUNING
+    if prefixed:
         return PREFIXED_TUNING
     return LONG_TUNING if num_tokens >= LONG_CHUNK * max(1, num_seqs) else SHORT_TUNING
 
@@ -250,12 +271,14 @@ def _launch(
 
 def _page_tma(k_cache: torch.Tensor, v_cache: torch.Tensor, geometry: CacheGeometry, tuning: PrefillTuning) -> bool:
     """Whether the launch loads K/V tiles by TMA: asked for, a tile within one page (pages a multiple of
-    `block_n` tokens; every tile starts at a multiple of block_n), a power-of-two head size, contiguous caches
-    (a layer's pool is then a [pages x page tokens, heads x head_dim] matrix), on Hopper or later (or the
-    interpreter)."""
+    `block_n` tokens; every tile starts at a multiple of block_n), a power-of-two head size, a 16- or 32-bit cache
+    (fp8 not yet run on a GPU), contiguous caches (a layer's pool is then a [pages x page tokens, heads x head_dim]
+    matrix), on Hopper or later (or the interpreter)."""
     if not tuning.page_tma or geometry.block_size % tuning.block_n or TensorDescriptor is None:
         return False
     if next_power_of_2(geometry.head_dim) != geometry.head_dim or geometry.head_dim < 16:
+        return False
+    if k_cache.dtype == torch.float8_e4m3fn:  # why: not yet run on a GPU (bf16 was, on an H100)
         return False
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         return False
@@ -289,7 +312,7 @@ def paged_prefill(
     """
     geometry = _check_prefill_args(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, qk_clip)
     if tuning is None:
-        tuning = default_tuning(query.shape[0], block_tables.shape[0], 0)
+        tuning = default_tuning(query.shape[0], block_tables.shape[0], 0, geometry.block_size)
     tuning = for_group(tuning, query.shape[1] // geometry.num_kv_heads)
     return _launch(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, geometry, scale, qk_clip,
                    tuning, out)

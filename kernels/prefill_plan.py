@@ -9,7 +9,8 @@ took 3-4x its predicted time. `plan_prefill` builds it once a step from the host
 builder already has (`runtime.inputs`), its index tensors copied without waiting for the device;
 `prefill_attention` builds it per call when given none. The threshold of 1 sends every chunk to flash, the
 faster path at every chunk length measured on an H200. The plan also carries the flash launch's tuning, which
-depends on the chunks' context lengths (`default_tuning`): only the host has them without a device sync.
+depends on the chunks' context lengths and the cache's page size (`default_tuning`): only the host has the lengths
+without a device sync.
 """
 
 from __future__ import annotations
@@ -51,13 +52,14 @@ class PrefillPlan(NamedTuple):
 
 
 def plan_prefill(query_start_loc: list[int], context_lens: list[int], flash_min_len: int,
-                 device: torch.device) -> PrefillPlan:
-    """The paths of a prefill batch from its offsets [B + 1] and context lengths [B], on the host."""
+                 device: torch.device, page_tokens: int = 0) -> PrefillPlan:
+    """The paths of a prefill batch from its offsets [B + 1] and context lengths [B], on the host; `page_tokens`:
+    the cache's page size (the flash launch's rule depends on it; 0: not known)."""
     q_lens = np.diff(np.asarray(query_start_loc, dtype=np.int64))
     ctx = np.asarray(context_lens, dtype=np.int64)
     flash = np.flatnonzero(q_lens >= flash_min_len)
     short = np.flatnonzero((q_lens > 0) & (q_lens < flash_min_len))
-    tuning = default_tuning(int(q_lens[flash].sum()), len(flash), int(ctx[flash].sum()))
+    tuning = default_tuning(int(q_lens[flash].sum()), len(flash), int(ctx[flash].sum()), page_tokens)
     if len(flash) == len(q_lens):
         return PrefillPlan(True, None, None, tuning)
     starts = np.asarray(query_start_loc[:-1], dtype=np.int64)

@@ -73,7 +73,7 @@ def _part(items: list[ScheduledSeq], is_decode: bool, kv: KVCacheManager, first_
     if is_decode:
         batch = DecodeBatch(rows, block_tables, context_lens, tier.max_context)
     else:
-        plan = None if flash_min_len is None else plan_prefill(qsl, ctx, flash_min_len, device)
+        plan = None if flash_min_len is None else plan_prefill(qsl, ctx, flash_min_len, device, bs)
         batch = PrefillBatch(rows, block_tables, _tensor(qsl, np.int32, device, non_blocking), context_lens, plan)
     return batch, ids, pos, slots
 

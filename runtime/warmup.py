@@ -12,7 +12,8 @@ cover them:
               launch too, where the token budget allows a chunk that long)
     round 3   a short prompt alone: a short chunk of one sequence, then single decodes
     round 4   where chunked prefill splits a prompt: one of the token budget + 2 tokens, whose second step is a
-              2-token chunk after the first (the flash kernel's launch after a cached prefix, `PREFIXED_TUNING`)
+              2-token chunk after the first (the flash kernel's launch after a cached prefix, `PREFIXED_TUNING`;
+              on pages of 128 tokens or more `TMA_LONG_TUNING`, the launch of fresh chunks of 1,024 tokens too)
 
 Every prompt starts at its own offset of one token sequence, so none hits the prefix cache (a hit would shorten
 its chunk). Each request generates 3 tokens, EOS ignored; the engine is reset afterwards (empty pool and prefix

@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.paged_prefill import LONG_TUNING, PREFIXED_TUNING, SHORT_TUNING, PrefillTuning, default_tuning, for_group
+from kernels.paged_prefill import (
+    LONG_TUNING,
+    PREFIXED_TUNING,
+    SHORT_TUNING,
+    TMA_LONG_TUNING,
+    TMA_SHORT_TUNING,
+    PrefillTuning,
+    default_tuning,
+    for_group,
+)
 from kernels.prefill_plan import plan_prefill
 
 CPU = torch.device("cpu")
@@ -28,6 +37,35 @@ CPU = torch.device("cpu")
 ])  # fmt: skip
 def test_default_tuning_packs_where_the_prefixes_are_as_long_as_the_chunks(tokens, seqs, keys, expected) -> None:
     assert default_tuning(tokens, seqs, keys) is expected
+
+
+@pytest.mark.parametrize(("tokens", "seqs", "keys", "pages", "expected"), [
+    (2048, 1, 4096, 128, TMA_LONG_TUNING),  # 2,048 after 2,048: unpacked 128x128 tiles by TMA
+    (2048, 1, 2048, 128, TMA_LONG_TUNING),  # a fresh prompt of TMA_LONG_CHUNK tokens or more
+    (1024, 1, 1024, 128, TMA_LONG_TUNING),
+    (1023, 1, 1023, 128, TMA_SHORT_TUNING),  # one token under it
+    (8192, 16, 8192, 128, TMA_SHORT_TUNING),  # 16 x 512: small tiles
+    (8192, 16, 8192, 256, TMA_SHORT_TUNING),
+    (2048, 1, 6144, 64, TMA_SHORT_TUNING),  # 64-token pages hold no 128-key tile: 64x64 tiles always
+    (8192, 1, 8192, 64, TMA_SHORT_TUNING),
+    (2048, 1, 6144, 32, PREFIXED_TUNING),  # pages too small for a tile: the rule above
+    (8192, 1, 8192, 16, LONG_TUNING),
+])  # fmt: skip
+def test_default_tuning_on_pages_that_hold_whole_tiles_takes_tma(tokens, seqs, keys, pages, expected) -> None:
+    assert default_tuning(tokens, seqs, keys, pages) is expected
+    assert expected.page_tma == (pages >= 64)
+
+
+def test_tma_tunings_are_the_short_and_long_tiles_by_tma() -> None:
+    assert SHORT_TUNING._replace(page_tma=True) == TMA_SHORT_TUNING
+    assert LONG_TUNING._replace(page_tma=True) == TMA_LONG_TUNING
+    assert (SHORT_TUNING.block_n, LONG_TUNING.block_n) == (64, 128)
+
+
+def test_the_plan_passes_the_page_size_to_the_rule() -> None:
+    assert plan_prefill([0, 2048], [2048], 1, CPU, 128).tuning is TMA_LONG_TUNING
+    assert plan_prefill([0, 2048], [2048], 1, CPU, 16).tuning is SHORT_TUNING
+    assert plan_prefill([0, 2048], [2048], 1, CPU).tuning is SHORT_TUNING  # page size not known
 
 
 def test_prefixed_tuning_is_the_long_tiles_packed() -> None:
