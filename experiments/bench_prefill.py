@@ -101,7 +101,7 @@ def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], swee
     sdpa_cells = "- | - | - | - |" if sdpa is None else \
         f"{sdpa:.3f} | {tokens / sdpa / 1e3:.2f} | {flops / sdpa / 1e9:.0f} |"
     inputs = chunk_inputs(seqs, length, prefix, heads, block_size)
-    chosen = default_tuning(tokens, seqs, seqs * (prefix + length))  # the runtime's plan passes it the keys
+    chosen = default_tuning(tokens, seqs, seqs * (prefix + length), block_size)  # the keys and pages, as the plan
     out = []
     for tuning in [chosen, *(t for t in sweep if t != chosen)]:
         run = lambda t=tuning: launch_paged_prefill(*inputs, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=t)

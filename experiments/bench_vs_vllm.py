@@ -95,8 +95,7 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=Path("bench-vs-vllm"))
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--knobs", default="{}", help="pagetune engine knobs as JSON (e.g. '{\"cuda_graphs\": false}'); "
-                    "\"page_tma\": true, the default prefill launches with K/V by TMA (`PrefillTuning.page_tma`)")
+    ap.add_argument("--knobs", default="{}", help="pagetune engine knobs as JSON (e.g. '{\"cuda_graphs\": false}')")
     ap.add_argument("--tag", default="", help="a suffix for this run's result file (variants of one engine)")
     ap.add_argument("--open-repeats", type=int, default=1,
                     help="open-loop replays per workload (other arrivals and token ids each); p50/p99 pooled; 0: none")

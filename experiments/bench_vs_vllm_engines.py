@@ -21,10 +21,7 @@ from runtime.model.presets import preset_config
 
 def run_child(args) -> None:
     knobs = json.loads(args.knobs)
-    engine_knobs = {k: v for k, v in knobs.items() if k != "page_tma"}
-    if knobs.get("page_tma"):
-        tma_by_default()
-    side = PagetuneSide(args.model, engine_knobs) if args.child == "pagetune" else VllmSide(args.model)
+    side = PagetuneSide(args.model, knobs) if args.child == "pagetune" else VllmSide(args.model)
     result: dict[str, Any] = {"engine": args.child + (f"-{args.tag}" if args.tag else ""), "model": args.model,
                               "knobs": knobs, "start_s": side.start_s, "versions": side.versions(),
                               "gpu": torch.cuda.get_device_name(0), "host": platform.node(), "workloads": []}
@@ -46,16 +43,6 @@ def run_child(args) -> None:
     path = args.out / f"{result['engine']}-{args.model}.json"
     path.write_text(json.dumps(result, indent=1))
     print(f"wrote {path}", flush=True)
-
-
-def tma_by_default() -> None:
-    """The knob `page_tma` (not an engine knob yet): the prefill launches `default_tuning` picks load K/V tiles by
-    TMA where a tile lies in one page (pages of at least 64 or 128 tokens; `PrefillTuning.page_tma`)."""
-    import importlib
-
-    module = importlib.import_module("kernels.paged_prefill")  # why: `kernels` exports a function of this name
-    for name in ("SHORT_TUNING", "LONG_TUNING", "PREFIXED_TUNING"):
-        setattr(module, name, getattr(module, name)._replace(page_tma=True))
 
 
 def open_loops(side, name: str, w, repeats: int) -> dict[str, Any]:

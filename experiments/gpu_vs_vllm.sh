@@ -14,7 +14,7 @@
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
 #   bash experiments/gpu_vs_vllm.sh install                         # vLLM alone (for gpu_background.sh)
 #   bash experiments/gpu_vs_vllm.sh azure-variants                  # azure-code: pagetune, vLLM, pagetune on
-#       128-token pages with K/V by TMA, and pagetune with the kernels in .old/kernels (carried; see gpu_prefill_tma.sh): a kernel
+#       128-token pages (K/V by TMA), and pagetune with the kernels in .old/kernels (carried; see gpu_prefill_tma.sh): a kernel
 #       change judged end to end beside its baseline, in one background run (about 10 minutes; then `wait`).
 #       ENGINES=pagetune: without vLLM (no part burst; .whlmini and .traces carried), about 6 minutes.
 #       PRE='COMMAND': a command run first in the same background session (e.g. 'bash experiments/gpu_prefill_tma.sh')
@@ -55,7 +55,7 @@ case "${1:?model, all, wait or install}" in
     run="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --open-repeats 2"
     run="$run --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*"
     bash "$here/gpu_background.sh" start vs ${PRE:+"$PRE"} "$run --engines ${ENGINES:-pagetune,vllm}" \
-      "$run --engines pagetune --tag pages128-tma --knobs '{\"block_size\": 128, \"page_tma\": true}'" \
+      "$run --engines pagetune --tag pages128 --knobs '{\"block_size\": 128}'" \
       "cd $old && $run --engines pagetune --tag old-kernels" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
