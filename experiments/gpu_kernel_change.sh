@@ -13,8 +13,8 @@ export PYTHONUNBUFFERED=1
 MODES=default timeout ${KERNEL_S:-170} bash experiments/gpu_prefill_tma.sh  # before and after, the GPU kernel tests
 PYTHONPATH=$PWD timeout ${TMA_S:-100} python3 -m experiments.bench_prefill --heads 28 4 --tma --block-size 128 2>&1 \
   | grep --line-buffered -E '^\||^## |^20' | awk '!seen[$0]++ {print; fflush()}' > $OUT/prefill-tma128.md
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite .whlmini/*.whl || exit 1
-old=/tmp/oldtree; rm -rf $old && mkdir -p $old && tar -cf - . | tar -xf - -C $old && cp -r .old/kernels/. $old/kernels/
+bash experiments/gpu_vs_vllm.sh install-mini && bash experiments/gpu_vs_vllm.sh old-tree || exit 1
+old=/tmp/oldtree
 run="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --engines pagetune --open-repeats 0"
 run="$run --trace $PWD/.traces/azure_llm_2023_code.csv --out $OUT/e2e"
 export PYTHONPATH=/tmp/vsite:$PWD

@@ -16,8 +16,8 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $OUT/prefill.md
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a $OUT/prefill.md
 echo "## before (.old/kernels), 16-token pages" | tee -a $OUT/prefill.md
-rm -rf .old/experiments && cp -r experiments .old/  # why: `python -m` puts the working folder first on the path
-(cd .old && PYTHONPATH=$PWD timeout 150 python3 -m experiments.bench_prefill --heads 28 4 2>&1) \
+bash experiments/gpu_vs_vllm.sh old-tree  # why a copy: `python -m` puts the working folder first on the path
+(cd /tmp/oldtree && PYTHONPATH=$PWD timeout 150 python3 -m experiments.bench_prefill --heads 28 4 2>&1) \
   | grep --line-buffered -E '^\||^## |^20' | awk '!seen[$0]++ {print; fflush()}' | tee -a $OUT/prefill.md
 IFS=, read -ra modes <<< "${MODES:-default,--tma --block-size 64,--tma --block-size 128,--warp-specialized}"
 for mode in "${modes[@]}"; do

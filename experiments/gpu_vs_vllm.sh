@@ -13,6 +13,7 @@
 #   bash experiments/gpu_vs_vllm.sh all --open-repeats 2            # all three in one run of bench_vs_vllm
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
 #   bash experiments/gpu_vs_vllm.sh install                         # vLLM alone (for gpu_background.sh)
+#   bash experiments/gpu_vs_vllm.sh install-mini | old-tree         # the replay's imports; /tmp/oldtree (below)
 #   bash experiments/gpu_vs_vllm.sh azure-variants                  # azure-code: pagetune, vLLM, pagetune on
 #       128-token pages (K/V by TMA), and pagetune with the kernels in .old/kernels (carried; see gpu_prefill_tma.sh): a kernel
 #       change judged end to end beside its baseline, in one background run (about 10 minutes; then `wait`).
@@ -38,20 +39,28 @@ install() {
   python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 }
 
+install_mini() {  # the replay's imports alone, where vLLM does not run
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite .whlmini/*.whl
+}
+
+old_tree() {  # this tree with the kernels of .old/kernels, at /tmp/oldtree: the baseline of a kernel change
+  rm -rf /tmp/oldtree && mkdir -p /tmp/oldtree
+  tar --exclude=./.vllm -cf - . | tar -xf - -C /tmp/oldtree && cp -r .old/kernels/. /tmp/oldtree/kernels/
+}
+
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
-case "${1:?model, all, wait or install}" in
+case "${1:?model, all, wait, install, install-mini or old-tree}" in
   install) install ;;
+  install-mini) install_mini ;;
+  old-tree) old_tree ;;
   all)
     shift; install || exit 1
     bash "$here/gpu_background.sh" start vs \
       "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*" ;;
   azure-variants)
     shift
-    if [ "${ENGINES:-pagetune,vllm}" = pagetune ]; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite .whlmini/*.whl || exit 1
-    else install || exit 1; fi
-    old=/tmp/oldtree; rm -rf $old && mkdir -p $old
-    tar --exclude=./.vllm -cf - . | tar -xf - -C $old && cp -r .old/kernels/. $old/kernels/
+    if [ "${ENGINES:-pagetune,vllm}" = pagetune ]; then install_mini || exit 1; else install || exit 1; fi
+    old_tree && old=/tmp/oldtree
     run="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --open-repeats 2"
     run="$run --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*"
     bash "$here/gpu_background.sh" start vs ${PRE:+"$PRE"} "$run --engines ${ENGINES:-pagetune,vllm}" \
