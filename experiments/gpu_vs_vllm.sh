@@ -11,6 +11,9 @@
 #   bash experiments/gpu_vs_vllm.sh llama-3-8b uniform,mixed      # one model's workloads, within this call
 #   bash experiments/gpu_vs_vllm.sh qwen2-7b azure-code --open-repeats 2
 #   bash experiments/gpu_vs_vllm.sh all --open-repeats 2            # all three in one run of bench_vs_vllm
+#       (KNOBS='{"block_size": 128}': pagetune's engine knobs, as JSON)
+#   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh pages          # page sizes 16 / 128 / 64 end to end, every
+#       workload, and the GPU kernel tests, in one background run (about 15 minutes without vLLM; then `wait`)
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
 #   bash experiments/gpu_vs_vllm.sh install                         # vLLM alone (for gpu_background.sh)
 #   bash experiments/gpu_vs_vllm.sh install-mini | old-tree         # the replay's imports; /tmp/oldtree (below)
@@ -56,7 +59,7 @@ case "${1:?model, all, wait, install, install-mini or old-tree}" in
   all)
     shift; install || exit 1
     bash "$here/gpu_background.sh" start vs \
-      "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*" ;;
+      "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*${KNOBS:+ --knobs '$KNOBS'}" ;;
   azure-variants)
     shift
     if [ "${ENGINES:-pagetune,vllm}" = pagetune ]; then install_mini || exit 1; else install || exit 1; fi
@@ -66,6 +69,18 @@ case "${1:?model, all, wait, install, install-mini or old-tree}" in
     bash "$here/gpu_background.sh" start vs ${PRE:+"$PRE"} "$run --engines ${ENGINES:-pagetune,vllm}" \
       "$run --engines pagetune --tag pages128 --knobs '{\"block_size\": 128}'" \
       "cd $old && $run --engines pagetune --tag old-kernels" ;;
+  pages)  # page sizes 16 / 128 / 64 end to end, and the GPU kernel tests; ENGINES=pagetune: without vLLM
+    shift
+    if [ "${ENGINES:-pagetune,vllm}" = pagetune ]; then install_mini || exit 1; else install || exit 1; fi
+    q="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --open-repeats 2"
+    q="$q --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*"
+    l="python3 -m experiments.bench_vs_vllm --model llama-3-8b --workloads uniform,mixed --open-repeats 2"
+    l="$l --out \$JOB $*"
+    p128="--tag pages128 --knobs '{\"block_size\": 128}'"
+    bash "$here/gpu_background.sh" start vs "$q --engines ${ENGINES:-pagetune,vllm}" "$q --engines pagetune $p128" \
+      "timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py" \
+      "$l --engines ${ENGINES:-pagetune,vllm}" "$l --engines pagetune $p128" \
+      "$q --engines pagetune --tag pages64 --knobs '{\"block_size\": 64}'" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
     model=$1; workloads=${2:?workloads}; shift 2

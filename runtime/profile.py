@@ -17,7 +17,7 @@ The forward's peak activation memory is measured at several token counts (estima
 profile records the device, its memory, driver, CUDA, torch and Triton versions, the model's shape and
 weight bytes.
 
-Options (key=value): model (required), out, grid=small|full, device, dtype, block_sizes=8,16,32,
+Options (key=value): model (required), out, grid=small|full, device, dtype, block_sizes=8,16,32,128,
 graphs=auto|on|off|both, kv_dtypes=auto,fp8_e4m3, max_model_len, max_num_seqs, max_num_batched_tokens,
 memory_gb (the memory to plan the pool with), budget_s (stop timing past this), repeats, seed.
 """
@@ -60,7 +60,7 @@ class ProfileArgs:
     grid: str = "full"  # small: a few dozen steps, one variant (tests, CPU checks) | full
     device: str = "auto"
     dtype: str = "auto"
-    block_sizes: tuple[int, ...] = ()  # (): 16 for small, 8,16,32 for full
+    block_sizes: tuple[int, ...] = ()  # (): 16 for small, 16,32,128,8 for full (128: the TMA prefill path)
     graphs: str = "auto"  # auto: off and on where graphs run (CUDA), off elsewhere | on | off | both
     kv_dtypes: tuple[str, ...] = ()  # (): auto, plus fp8_e4m3 for a full grid on CUDA
     max_model_len: int | None = None  # None: 1024 small, min(8192, the model's) full
@@ -121,7 +121,7 @@ class Setting(NamedTuple):
 
 def _settings(args: ProfileArgs, cuda: bool) -> list[Setting]:
     """The engines to time, most used first (a budget cut drops the tail)."""
-    sizes = args.block_sizes or ((16,) if args.small else (16, 32, 8))
+    sizes = args.block_sizes or ((16,) if args.small else (16, 32, 128, 8))
     dtypes = args.kv_dtypes or (("auto", "fp8_e4m3") if cuda and not args.small else ("auto",))
     modes = {"auto": (False, True) if cuda else (False,), "on": (True,), "off": (False,), "both": (False, True)}
     return [Setting(bs, dt, g) for dt in dtypes for bs in sizes for g in modes[args.graphs]]

@@ -11,6 +11,7 @@ TWO_TIERS = [{"max_len": 32, "block_size": 4, "share": 0.5}, {"max_len": 256, "b
 REGIMES = {
     "block_size_1": dict(block_size=1),
     "block_size_16": dict(block_size=16),
+    "block_size_128": dict(block_size=128),  # every sequence within one page (the TMA path's pages on Hopper)
     "two_tiers": dict(block_tiers=TWO_TIERS),
     "max_num_seqs_1": dict(block_size=8, max_num_seqs=1),
     "max_num_seqs_64": dict(block_size=8, max_num_seqs=64),
