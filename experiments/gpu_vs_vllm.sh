@@ -52,7 +52,7 @@ old_tree() {  # this tree with the kernels of .old/kernels, at /tmp/oldtree: the
 }
 
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
-case "${1:?model, all, wait, install, install-mini or old-tree}" in
+case "${1:?model, all, pages, azure-variants, wait, install, install-mini or old-tree}" in
   install) install ;;
   install-mini) install_mini ;;
   old-tree) old_tree ;;
