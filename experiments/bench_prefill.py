@@ -12,7 +12,8 @@ beside their twins (the same launch without it) and the default, on a fresh 2,04
 after a prefix, each checked against the torch reference first (a short device call: about seven compilations).
 `--tma`: the launches that can load K/V tiles by TMA (`PrefillTuning.page_tma`, where a tile lies in one page),
 each beside its twin loading by pointers, checked; with `--block-size` 64 or 128 (pages of that many tokens; the
-default 16 holds no 64-key tile, so nothing takes TMA there).
+default 16 holds no 64-key tile, so nothing takes TMA there). Both flags: the warp-specialized pairs loading by TMA
+(`--warp-specialized --tma --block-size 128`).
 Reports tokens/s and TFLOP/s (causal: 2 matmuls x 2 FLOP x L(L+1)/2 x D per head) of each and the
 ratio SDPA time / paged time (>= 1.0 means the paged kernel is as fast). The first row per shape is
 the launch the runtime picks (`default_tuning` of the step's `PrefillPlan`); `--sweep` adds variants.
@@ -53,6 +54,12 @@ SWEEP = [PrefillTuning(*launch) for launch in [
 
 
 WS_PAIRS = [launch for t in SWEEP if t.warp_specialize for launch in (t._replace(warp_specialize=False), t)]
+
+
+def ws_pairs(tma: bool) -> list[PrefillTuning]:
+    """The launches of `--warp-specialized`, each after its twin without it; with `--tma`, both load K/V by TMA
+    (FlashAttention 3's pairing: bulk copies feeding warp-specialized consumers)."""
+    return [launch._replace(page_tma=tma) for launch in WS_PAIRS]
 
 
 def tma_pairs() -> list[PrefillTuning]:
@@ -139,7 +146,7 @@ def main() -> None:
     if args.warp_specialized or args.tma:
         lines[0] = lines[0].replace("| paged ms", "| check | paged ms")
         lines[1] += "---|"
-        pairs, shapes = (WS_PAIRS, [(1, 2048, 0), *PREFIXED[:2]]) if args.warp_specialized else \
+        pairs, shapes = (ws_pairs(args.tma), [(1, 2048, 0), *PREFIXED[:2]]) if args.warp_specialized else \
             (tma_pairs(), [(1, 2048, 0), (4, 2048, 0), (16, 512, 0), (1, 8192, 0), *PREFIXED])
         for seqs, length, prefix in shapes:
             lines += shape_rows(seqs, length, prefix, heads, pairs, check=True, block_size=args.block_size)

@@ -11,7 +11,9 @@
 #   bash experiments/gpu_vs_vllm.sh llama-3-8b uniform,mixed      # one model's workloads, within this call
 #   bash experiments/gpu_vs_vllm.sh qwen2-7b azure-code --open-repeats 2
 #   bash experiments/gpu_vs_vllm.sh all --open-repeats 2            # all three in one run of bench_vs_vllm
-#       (KNOBS='{"block_size": 128}': pagetune's engine knobs, as JSON)
+#       (KNOBS='{"block_size": 128}': pagetune's engine knobs, as JSON; THEN='COMMAND': a command run after it in the
+#       same background session, e.g. 'python3 -m experiments.bench_prefill --heads 28 4 --warp-specialized --tma
+#       --block-size 128 > $JOB/ws-tma.md')
 #   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh pages          # page sizes 16 / 128 / 64 end to end, every
 #       workload, and the GPU kernel tests, in one background run (about 15 minutes without vLLM; then `wait`)
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
@@ -59,7 +61,8 @@ case "${1:?model, all, pages, azure-variants, wait, install, install-mini or old
   all)
     shift; install || exit 1
     bash "$here/gpu_background.sh" start vs \
-      "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*${KNOBS:+ --knobs '$KNOBS'}" ;;
+      "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*${KNOBS:+ --knobs '$KNOBS'}" \
+      ${THEN:+"$THEN"} ;;
   azure-variants)
     shift
     if [ "${ENGINES:-pagetune,vllm}" = pagetune ]; then install_mini || exit 1; else install || exit 1; fi

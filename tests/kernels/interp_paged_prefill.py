@@ -122,6 +122,7 @@ TMA_CASES = [  # (tuning, block_size, group, chunk lens, context lens, qk_clip):
     (TMA, 16, 4, [5, 37, 16], [9, 50, 40], None),
     (TMA, 64, 1, [33, 1, 2, 16], [70, 7, 18, 100], 0.5),  # four 16-key tiles a page
     (PACKED._replace(page_tma=True), 32, 7, [20, 3, 40], [150, 200, 300], None),
+    (TMA._replace(warp_specialize=True), 64, 1, [33, 1, 2, 16], [70, 7, 18, 100], None),  # bench_prefill's pairing
 ]
 
 
