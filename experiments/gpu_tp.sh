@@ -13,8 +13,8 @@
 #      which is not built: its capacity is the simulated one.
 #
 # Needs on the host, as experiments/gpu_vllm_study.sh: the tuner's wheels (.whl, ../shared/gpu/make-wheelhouse.sh),
-# the traces in .traces/ (carried), vLLM 0.26.0 under /tmp/vsite (../shared/gpu/vllm-wheelhouse.sh: five parts over
-# back-to-back calls). Run: bash experiments/gpu_tp.sh [STEPS, default "1 2 3 4"]
+# the traces in .traces/ (carried), vLLM 0.26.0 under /tmp/vsite (../shared/gpu/vllm-wheelhouse.sh and experiments/vllm_slim.sh:
+# three parts over back-to-back calls; `gpu_vs_vllm.sh install`). Run: bash experiments/gpu_tp.sh [STEPS, default "1 2 3 4"]
 set -o pipefail
 steps=${1:-"1 2 3 4"}
 out=${OUT:-/tmp/out}; mkdir -p "$out"

@@ -10,8 +10,8 @@
 # back as $STATE/$NAME-state.tar.gz (STATE defaults to .study, carried) resumes the study from there.
 #
 # Needs, on the host: the tuner's wheels (.whl, ../shared/gpu/make-wheelhouse.sh), the trace in .traces/ (carried)
-# or $TRACES, and vLLM 0.26.0 installed under /tmp/vsite (../shared/gpu/vllm-wheelhouse.sh: its five parts carried
-# over back-to-back calls, joined and installed there as that script says).
+# or $TRACES, and vLLM 0.26.0 installed under /tmp/vsite (../shared/gpu/vllm-wheelhouse.sh, then experiments/vllm_slim.sh:
+# three parts carried over back-to-back calls; `bash experiments/gpu_vs_vllm.sh install` joins and installs them).
 #
 #   bash experiments/gpu_vllm_study.sh NAME SECONDS [overrides...]                   the study; output under $OUT
 #   CHECK=FILE bash experiments/gpu_vllm_study.sh NAME SECONDS [overrides...]        FILE (an exported vllm.yaml,

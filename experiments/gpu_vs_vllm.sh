@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pagetune against vLLM on the H200 (issue 28). Before the first call on a fresh machine, the vLLM wheel travels
-# in five parts (../shared/gpu/vllm-wheelhouse.sh .vllm; carry .vllm/pK and copy .vllm/pK/partK to /tmp in five
+# in parts (../shared/gpu/vllm-wheelhouse.sh .vllm makes five; then experiments/vllm_slim.sh .vllm makes three,
+# without FlashAttention 2, which Hopper does not run; carry .vllm/pK and copy .vllm/pK/partK to /tmp in
 # back-to-back calls). A part (59 MB) and the tracked tree (24 MB) exceed the 64 MiB a call carries: move the large
 # tracked folder the GPU calls do not read aside for the burst and back after it,
 #   mkdir -p /tmp/hold && mv experiments/results/h200-sim /tmp/hold/
@@ -35,7 +36,7 @@ here=$(dirname "$0")
 
 install() {
   if [ ! -d /tmp/vsite/vllm ]; then
-    cat /tmp/part0 /tmp/part1 /tmp/part2 /tmp/part3 /tmp/part4 > /tmp/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl
+    cat /tmp/part[0-9] > /tmp/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl  # three parts (vllm_slim.sh) or five
     # a wheel in both folders (gguf) stops pip: .whlmini's only where .vllm/deps lacks that distribution
     mini=$(for w in .whlmini/*.whl; do ls .vllm/deps/"$(basename "$w" | cut -d- -f1)"-* >/dev/null 2>&1 || echo "$w"; done)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite \
