@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# pagetune against vLLM on the H200 (issue 28). Before the first call on a fresh machine, the vLLM wheel travels
+# pagetune against vLLM on the H200 (issue 28). On a fresh checkout, `bash experiments/gpu_prep.sh` builds every
+# folder carried below (.vllm, .whlmini, .traces, .old). Before the first call on a fresh machine, the vLLM wheel travels
 # in parts (../shared/gpu/vllm-wheelhouse.sh .vllm makes five; then experiments/vllm_slim.sh .vllm makes three,
 # without FlashAttention 2, which Hopper does not run; carry .vllm/pK and copy .vllm/pK/partK to /tmp in
 # back-to-back calls). A part (59 MB) and the tracked tree (24 MB) exceed the 64 MiB a call carries: move the large
