@@ -55,6 +55,14 @@ old_tree() {  # this tree with the kernels of .old/kernels, at /tmp/oldtree: the
   tar --exclude=./.vllm -cf - . | tar -xf - -C /tmp/oldtree && cp -r .old/kernels/. /tmp/oldtree/kernels/
 }
 
+install_engines() {  # vLLM where it runs; the replay's imports alone for ENGINES=pagetune
+  if [ "$engines" = pagetune ]; then install_mini; else install; fi
+}
+
+engines=${ENGINES:-pagetune,vllm}
+azure="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --open-repeats 2"
+azure="$azure --trace $PWD/.traces/azure_llm_2023_code.csv"
+p128="--tag pages128 --knobs '{\"block_size\": 128}'"
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
 case "${1:?model, all, pages, azure-variants, wait, install, install-mini or old-tree}" in
   install) install ;;
@@ -66,25 +74,18 @@ case "${1:?model, all, pages, azure-variants, wait, install, install-mini or old
       "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*${KNOBS:+ --knobs '$KNOBS'}" \
       ${THEN:+"$THEN"} ;;
   azure-variants)
-    shift
-    if [ "${ENGINES:-pagetune,vllm}" = pagetune ]; then install_mini || exit 1; else install || exit 1; fi
+    shift; install_engines || exit 1
     old_tree && old=/tmp/oldtree
-    run="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --open-repeats 2"
-    run="$run --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*"
-    bash "$here/gpu_background.sh" start vs ${PRE:+"$PRE"} "$run --engines ${ENGINES:-pagetune,vllm}" \
-      "$run --engines pagetune --tag pages128 --knobs '{\"block_size\": 128}'" \
+    run="$azure --out \$JOB $*"
+    bash "$here/gpu_background.sh" start vs ${PRE:+"$PRE"} "$run --engines $engines" "$run --engines pagetune $p128" \
       "cd $old && $run --engines pagetune --tag old-kernels" ;;
   pages)  # page sizes 16 / 128 / 64 end to end, and the GPU kernel tests; ENGINES=pagetune: without vLLM
-    shift
-    if [ "${ENGINES:-pagetune,vllm}" = pagetune ]; then install_mini || exit 1; else install || exit 1; fi
-    q="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --open-repeats 2"
-    q="$q --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*"
-    l="python3 -m experiments.bench_vs_vllm --model llama-3-8b --workloads uniform,mixed --open-repeats 2"
-    l="$l --out \$JOB $*"
-    p128="--tag pages128 --knobs '{\"block_size\": 128}'"
-    bash "$here/gpu_background.sh" start vs "$q --engines ${ENGINES:-pagetune,vllm}" "$q --engines pagetune $p128" \
+    shift; install_engines || exit 1
+    q="$azure --out \$JOB $*"
+    l="python3 -m experiments.bench_vs_vllm --model llama-3-8b --workloads uniform,mixed --open-repeats 2 --out \$JOB $*"
+    bash "$here/gpu_background.sh" start vs "$q --engines $engines" "$q --engines pagetune $p128" \
       "timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py" \
-      "$l --engines ${ENGINES:-pagetune,vllm}" "$l --engines pagetune $p128" \
+      "$l --engines $engines" "$l --engines pagetune $p128" \
       "$q --engines pagetune --tag pages64 --knobs '{\"block_size\": 64}'" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
