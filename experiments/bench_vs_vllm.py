@@ -85,6 +85,36 @@ def latency_figures(ttft: list[float], tpot: list[float]) -> dict[str, float]:
             "tpot_p50_s": float(np.percentile(tpot, 50)), "tpot_p99_s": float(np.percentile(tpot, 99))}
 
 
+class Streamed(NamedTuple):
+    """One open-loop request on vLLM, on the monotonic clock: as its client saw it, and as the engine core stamped
+    it (`RequestOutput.metrics`, vLLM's RequestStateStats: the time each step's outputs left the engine core)."""
+
+    arrival: float
+    client_first: float  # the first delta received by the client
+    client_end: float  # the last
+    tokens: int
+    first_delta_tokens: int  # tokens in the first delta: more than 1 where vLLM merged deltas the client had not taken
+    engine_first: float  # first_token_ts; 0.0 where vLLM kept no stats
+    engine_last: float  # last_token_ts
+
+
+def streamed_latencies(rows: list[Streamed]) -> dict:
+    """TTFT and TPOT of vLLM's open loop from the engine core's stamps, as pagetune's replay stamps its own (the
+    host time each step's tokens arrive); the client's figures beside them. Why not the client's: a delta the
+    client has not yet taken is merged with the next (vLLM's RequestOutputCollector), so a busy client stamps a
+    first token late and the tokens after it close together, which shortens TPOT. Client stamps only where no row
+    has engine stamps (vLLM without stats)."""
+    engine = all(r.engine_first > 0.0 for r in rows)
+    first = [r.engine_first if engine else r.client_first for r in rows]
+    last = [r.engine_last if engine else r.client_end for r in rows]
+    ttft = [f - r.arrival for f, r in zip(first, rows)]
+    tpot = [(e - f) / (r.tokens - 1) for f, e, r in zip(first, last, rows) if r.tokens > 1]
+    client_tpot = [(r.client_end - r.client_first) / (r.tokens - 1) for r in rows if r.tokens > 1]
+    return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "stamps": "engine" if engine else "client",
+            "client": latency_figures([r.client_first - r.arrival for r in rows], client_tpot),
+            "first_delta_merged": sum(r.first_delta_tokens > 1 for r in rows), "ttft_top_s": sorted(ttft)[-5:]}
+
+
 # ---- the parent ------------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -145,7 +175,7 @@ def table(out: Path) -> str:
                 f"{_spread(o, 'tpot_p99_s', 1e3, '.1f')} | "
                 f"{_share(g, 'step_share', '.0%')} | {_share(g, 'time_share', '.0%')} | "
                 f"{_share(g, 'idle_share', '.1%')} |")
-    return "\n".join(rows + ratios(results))
+    return "\n".join(rows + ratios(results) + client_notes(results))
 
 
 def ratios(results: list[dict]) -> list[str]:
@@ -154,6 +184,23 @@ def ratios(results: list[dict]) -> list[str]:
     return [f"{name} on {model}: pagetune / vLLM warm {tok_s / warm[('vllm', model, name)]:.2f}x"
             for (engine, model, name), tok_s in warm.items()
             if engine == "pagetune" and ("vllm", model, name) in warm]
+
+
+def client_notes(results: list[dict]) -> list[str]:
+    """Per vLLM workload, which stamps its latencies are (`streamed_latencies`) and what its client saw."""
+    notes = []
+    for r in results:
+        for w in r["workloads"]:
+            replays = [x for x in w.get("open", {}).get("replays", []) if "client" in x]
+            if r["engine"] != "vllm" or not replays:
+                continue
+            c = [x["client"] for x in replays]
+            notes.append(
+                f"{w['name']} on vLLM: {replays[0]['stamps']} stamps; its client per replay: TTFT p99 "
+                + ", ".join(f"{x['ttft_p99_s']:.3f}" for x in c) + " s, TPOT p99 "
+                + ", ".join(f"{1e3 * x['tpot_p99_s']:.1f}" for x in c) + " ms; first deltas merged "
+                + ", ".join(str(x["first_delta_merged"]) for x in replays))
+    return notes
 
 
 def _share(graphs: dict, key: str, fmt: str) -> str:

@@ -14,7 +14,16 @@ from typing import Any
 
 import torch
 
-from experiments.bench_vs_vllm import MAX_LEN, OPEN, arrivals, latency_figures, prompts, workload
+from experiments.bench_vs_vllm import (
+    MAX_LEN,
+    OPEN,
+    Streamed,
+    arrivals,
+    latency_figures,
+    prompts,
+    streamed_latencies,
+    workload,
+)
 from kernels.compile_log import CompileLog
 from runtime.model.presets import preset_config
 
@@ -230,25 +239,25 @@ class VllmSide:
         self.calls += 1
         call = self.calls
 
-        async def one(i: int, p: list[int], o: int, t0: float) -> tuple[float, float, float, int]:
+        async def one(i: int, p: list[int], o: int, t0: float) -> Streamed:
             arrival = t0 + at[i]
-            await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
-            first, n = None, 0
+            await asyncio.sleep(max(0.0, arrival - time.monotonic()))
+            first, first_n, n, last = 0.0, 0, 0, None
             async for out in self.engine.generate(request_id=f"o{call}-{i}", prompt={"prompt_token_ids": p},
                                                   sampling_params=self._params(o, delta=True)):
                 n += len(out.outputs[0].token_ids)
-                if first is None and n:
-                    first = time.perf_counter()
-            return arrival, first, time.perf_counter(), n
+                if not first and n:
+                    first, first_n = time.monotonic(), n
+                last = out
+            stats = getattr(last, "metrics", None)  # RequestStateStats (engine core stamps) unless stats are off
+            return Streamed(arrival, first, time.monotonic(), n, first_n,
+                            getattr(stats, "first_token_ts", 0.0), getattr(stats, "last_token_ts", 0.0))
 
-        async def run() -> list[tuple[float, float, float, int]]:
-            t0 = time.perf_counter()
+        async def run() -> list[Streamed]:
+            t0 = time.monotonic()  # the engine core stamps on this clock (CLOCK_MONOTONIC, one per machine)
             return await asyncio.gather(*(one(i, p, o, t0) for i, (p, o) in enumerate(zip(ps, outs))))
 
-        rows = self.loop.run_until_complete(run())
-        ttft = [f - a for a, f, _, _ in rows]
-        tpot = [(e - f) / (n - 1) for _, f, e, n in rows if n > 1]
-        return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "ttft_top_s": sorted(ttft)[-5:]}
+        return streamed_latencies(self.loop.run_until_complete(run()))
 
     def close(self) -> None:
         self.engine.shutdown()

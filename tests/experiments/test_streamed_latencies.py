@@ -1,0 +1,52 @@
+"""vLLM's open-loop latencies in the side-by-side bench come from the engine core's stamps, as pagetune's own."""
+
+import pytest
+
+from experiments.bench_vs_vllm import Streamed, client_notes, streamed_latencies
+
+
+def _rows() -> list[Streamed]:
+    # request 0: the client took its first delta late, merged with the next (2 tokens), and the rest quickly
+    # request 1: the client kept up
+    return [
+        Streamed(arrival=10.0, client_first=10.5, client_end=10.6, tokens=3, first_delta_tokens=2,
+                 engine_first=10.1, engine_last=10.5),
+        Streamed(arrival=11.0, client_first=11.2, client_end=11.6, tokens=5, first_delta_tokens=1,
+                 engine_first=11.19, engine_last=11.59),
+    ]
+
+
+def test_engine_stamps_give_the_figures_and_the_client_is_kept_beside() -> None:
+    got = streamed_latencies(_rows())
+    assert got["stamps"] == "engine"
+    assert got["ttft"] == pytest.approx([0.1, 0.19])
+    assert got["tpot"] == pytest.approx([0.2, 0.1])  # (10.5 - 10.1) / 2, (11.59 - 11.19) / 4
+    assert got["first_delta_merged"] == 1
+    # the client's view: a late first token (0.5 s) and a short TPOT ((10.6 - 10.5) / 2 = 0.05 s)
+    assert got["client"]["ttft_p50_s"] == pytest.approx(0.35)
+    assert got["client"]["tpot_p50_s"] == pytest.approx((0.05 + 0.1) / 2)
+    assert got["tpot_p50_s"] == pytest.approx(0.15)
+
+
+def test_without_engine_stats_the_client_stamps_are_used_and_said() -> None:
+    rows = [r._replace(engine_first=0.0, engine_last=0.0) for r in _rows()]
+    got = streamed_latencies(rows)
+    assert got["stamps"] == "client"
+    assert got["ttft"] == pytest.approx([0.5, 0.2])
+    assert got["tpot"] == pytest.approx([0.05, 0.1])
+
+
+def test_a_one_token_request_has_a_ttft_and_no_tpot() -> None:
+    one = Streamed(12.0, 12.3, 12.3, 1, 1, 12.25, 12.25)
+    got = streamed_latencies([*_rows(), one])
+    assert got["ttft"] == pytest.approx([0.1, 0.19, 0.25])
+    assert len(got["tpot"]) == 2
+
+
+def test_the_table_notes_say_which_stamps_and_what_the_client_saw() -> None:
+    replay = streamed_latencies(_rows())
+    results = [{"engine": "vllm", "workloads": [{"name": "mixed", "open": {"replays": [replay, replay]}}]},
+               {"engine": "pagetune", "workloads": [{"name": "mixed", "open": {"replays": [{"ttft_p99_s": 1.0}]}}]}]
+    (note,) = client_notes(results)
+    assert note == ("mixed on vLLM: engine stamps; its client per replay: TTFT p99 0.497, 0.497 s, "
+                    "TPOT p99 99.5, 99.5 ms; first deltas merged 1, 1")
