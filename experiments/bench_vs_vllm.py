@@ -110,9 +110,12 @@ def streamed_latencies(rows: list[Streamed]) -> dict:
     ttft = [f - r.arrival for f, r in zip(first, rows)]
     tpot = [(e - f) / (r.tokens - 1) for f, e, r in zip(first, last, rows) if r.tokens > 1]
     client_tpot = [(r.client_end - r.client_first) / (r.tokens - 1) for r in rows if r.tokens > 1]
+    per_request = [[f - r.arrival, (e - f) / (r.tokens - 1) if r.tokens > 1 else None]
+                   for f, e, r in zip(first, last, rows)]
     return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "stamps": "engine" if engine else "client",
             "client": latency_figures([r.client_first - r.arrival for r in rows], client_tpot),
-            "first_delta_merged": sum(r.first_delta_tokens > 1 for r in rows), "ttft_top_s": sorted(ttft)[-5:]}
+            "first_delta_merged": sum(r.first_delta_tokens > 1 for r in rows), "ttft_top_s": sorted(ttft)[-5:],
+            "per_request": per_request}
 
 
 # ---- the parent ------------------------------------------------------------------------------------------
@@ -175,7 +178,7 @@ def table(out: Path) -> str:
                 f"{_spread(o, 'tpot_p99_s', 1e3, '.1f')} | "
                 f"{_share(g, 'step_share', '.0%')} | {_share(g, 'time_share', '.0%')} | "
                 f"{_share(g, 'idle_share', '.1%')} |")
-    return "\n".join(rows + ratios(results) + client_notes(results))
+    return "\n".join(rows + ratios(results) + client_notes(results) + paired_notes(results))
 
 
 def ratios(results: list[dict]) -> list[str]:
@@ -200,6 +203,27 @@ def client_notes(results: list[dict]) -> list[str]:
                 + ", ".join(f"{x['ttft_p99_s']:.3f}" for x in c) + " s, TPOT p99 "
                 + ", ".join(f"{1e3 * x['tpot_p99_s']:.1f}" for x in c) + " ms; first deltas merged "
                 + ", ".join(str(x["first_delta_merged"]) for x in replays))
+    return notes
+
+
+def paired_notes(results: list[dict], top: int = 4) -> list[str]:
+    """Both engines replay the same arrivals and lengths, so their requests pair up: per workload, the share of
+    requests whose TPOT pagetune makes longer, and pagetune's `top` longest TPOTs beside vLLM's for the same
+    requests (output tokens, both TPOTs in ms): where a tail comes from."""
+    opened = {(r["engine"], r["model"], w["name"]): w["open"] for r in results for w in r["workloads"]
+              if w.get("open", {}).get("replays") and "per_request" in w["open"]["replays"][0]}
+    notes = []
+    for (engine, model, name), mine in opened.items():
+        theirs = opened.get(("vllm", model, name))
+        if engine != "pagetune" or theirs is None:
+            continue
+        pairs = [(mine["lens"][i][1], a[1], b[1])
+                 for ra, rb in zip(mine["replays"], theirs["replays"])
+                 for i, (a, b) in enumerate(zip(ra["per_request"], rb["per_request"])) if a[1] is not None]
+        longer = sum(a > b for _, a, b in pairs)
+        worst = sorted(pairs, key=lambda x: -x[1])[:top]
+        notes.append(f"{name} TPOT, paired requests: pagetune longer on {longer} of {len(pairs)}; its longest "
+                     + ", ".join(f"{1e3 * a:.1f} vs {1e3 * b:.1f} ms ({n} out)" for n, a, b in worst))
     return notes
 
 

@@ -65,7 +65,7 @@ def open_loops(side, name: str, w, repeats: int) -> dict[str, Any]:
     runs = [side.open_loop(prompts([p for p, _ in lens], side.vocab, 5 + 10 * k), [o for _, o in lens],
                            arrivals(n, rate, 7 + 10 * k)) for k in range(repeats)]
     pooled = latency_figures([x for r in runs for x in r.pop("ttft")], [x for r in runs for x in r.pop("tpot")])
-    return {"rate": rate, "requests": n * repeats, **pooled, "replays": runs}
+    return {"rate": rate, "requests": n * repeats, **pooled, "lens": lens, "replays": runs}
 
 
 # ---- pagetune --------------------------------------------------------------------------------------------
@@ -158,8 +158,14 @@ class PagetuneSide:
             result = replay(self.engine, self.clock, reqs)
         ttft = [r.first_token - r.arrival for r in result.records]
         tpot = [(r.finished - r.first_token) / (r.output_tokens - 1) for r in result.records if r.output_tokens > 1]
+        by_id = {r.request_id: r for r in result.records}
+        rows = [by_id[q.request_id] for q in reqs]  # in the arrivals' order, as vLLM's side
+        per_request = [[r.first_token - r.arrival,
+                        (r.finished - r.first_token) / (r.output_tokens - 1) if r.output_tokens > 1 else None]
+                       for r in rows]
         return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "skipped_idle_s": self.clock.skipped_s,
-                "graphs": self.events.summary(), "compiles": log.summary(), "ttft_top_s": sorted(ttft)[-5:]}
+                "graphs": self.events.summary(), "compiles": log.summary(), "ttft_top_s": sorted(ttft)[-5:],
+                "per_request": per_request}
 
     def close(self) -> None:
         del self.engine

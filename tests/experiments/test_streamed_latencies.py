@@ -50,3 +50,24 @@ def test_the_table_notes_say_which_stamps_and_what_the_client_saw() -> None:
     (note,) = client_notes(results)
     assert note == ("mixed on vLLM: engine stamps; its client per replay: TTFT p99 0.497, 0.497 s, "
                     "TPOT p99 99.5, 99.5 ms; first deltas merged 1, 1")
+
+
+def test_paired_requests_show_where_a_tpot_tail_comes_from() -> None:
+    from experiments.bench_vs_vllm import paired_notes
+
+    def opened(per_request):
+        return {"name": "azure-code", "open": {"lens": [[100, 2], [200, 9], [300, 1]],
+                                               "replays": [{"per_request": per_request}]}}
+
+    results = [
+        {"engine": "pagetune", "model": "qwen2-7b", "workloads": [opened([[0.1, 0.030], [0.1, 0.006], [0.1, None]])]},
+        {"engine": "vllm", "model": "qwen2-7b", "workloads": [opened([[0.1, 0.025], [0.1, 0.007], [0.1, None]])]},
+    ]
+    assert paired_notes(results, top=2) == [
+        "azure-code TPOT, paired requests: pagetune longer on 1 of 2; its longest 30.0 vs 25.0 ms (2 out), "
+        "6.0 vs 7.0 ms (9 out)"]
+
+
+def test_streamed_rows_pair_up_in_the_arrivals_order() -> None:
+    got = streamed_latencies(_rows())
+    assert got["per_request"] == [pytest.approx([0.1, 0.2]), pytest.approx([0.19, 0.1])]
