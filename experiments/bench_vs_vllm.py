@@ -85,6 +85,15 @@ def latency_figures(ttft: list[float], tpot: list[float]) -> dict[str, float]:
             "tpot_p50_s": float(np.percentile(tpot, 50)), "tpot_p99_s": float(np.percentile(tpot, 99))}
 
 
+def paired_rows(records, order: list[str]) -> list[list[float | None]]:
+    """pagetune's replay records (`tuner.measure.timeline.RequestRecord`, in finishing order) as [TTFT, TPOT or
+    None] per request in `order` (the ids in arrival order), to pair with vLLM's side request by request."""
+    by_id = {r.request_id: r for r in records}
+    rows = [by_id[i] for i in order]
+    return [[r.first_token - r.arrival,
+             (r.finished - r.first_token) / (r.output_tokens - 1) if r.output_tokens > 1 else None] for r in rows]
+
+
 class Streamed(NamedTuple):
     """One open-loop request on vLLM, on the monotonic clock: as its client saw it, and as the engine core stamped
     it (`RequestOutput.metrics`, vLLM's RequestStateStats: the time each step's outputs left the engine core)."""

@@ -20,6 +20,7 @@ from experiments.bench_vs_vllm import (
     Streamed,
     arrivals,
     latency_figures,
+    paired_rows,
     prompts,
     streamed_latencies,
     workload,
@@ -158,11 +159,7 @@ class PagetuneSide:
             result = replay(self.engine, self.clock, reqs)
         ttft = [r.first_token - r.arrival for r in result.records]
         tpot = [(r.finished - r.first_token) / (r.output_tokens - 1) for r in result.records if r.output_tokens > 1]
-        by_id = {r.request_id: r for r in result.records}
-        rows = [by_id[q.request_id] for q in reqs]  # in the arrivals' order, as vLLM's side
-        per_request = [[r.first_token - r.arrival,
-                        (r.finished - r.first_token) / (r.output_tokens - 1) if r.output_tokens > 1 else None]
-                       for r in rows]
+        per_request = paired_rows(result.records, [q.request_id for q in reqs])
         return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "skipped_idle_s": self.clock.skipped_s,
                 "graphs": self.events.summary(), "compiles": log.summary(), "ttft_top_s": sorted(ttft)[-5:],
                 "per_request": per_request}

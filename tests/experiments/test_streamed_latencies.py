@@ -71,3 +71,17 @@ def test_paired_requests_show_where_a_tpot_tail_comes_from() -> None:
 def test_streamed_rows_pair_up_in_the_arrivals_order() -> None:
     got = streamed_latencies(_rows())
     assert got["per_request"] == [pytest.approx([0.1, 0.2]), pytest.approx([0.19, 0.1])]
+
+
+def test_pagetune_records_pair_up_in_the_arrivals_order() -> None:
+    from experiments.bench_vs_vllm import paired_rows
+    from tuner.measure.timeline import RequestRecord
+
+    def record(rid: str, arrival: float, first: float, finished: float, out: int) -> RequestRecord:
+        return RequestRecord(request_id=rid, arrival=arrival, first_scheduled=arrival, first_token=first,
+                             finished=finished, token_times=(), prompt_tokens=10, output_tokens=out,
+                             cached_tokens=0, preemptions=0, rejected_reason=None)
+
+    finished_first = [record("o1", 1.0, 1.5, 1.9, 5), record("o0", 0.0, 0.25, 2.25, 3), record("o2", 2.0, 2.5, 2.5, 1)]
+    assert paired_rows(finished_first, ["o0", "o1", "o2"]) == [
+        [0.25, 1.0], [0.5, pytest.approx(0.1)], [0.5, None]]
