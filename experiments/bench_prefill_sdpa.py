@@ -14,15 +14,17 @@ chunk's context is gathered from the pages first, and that copy counts in its ti
         attend   SDPA(q [1, Hq, L, D], K, V): causal aligned to the bottom right (query i sees positions <= P + i)
 
 Rows per shape: the Triton launch the runtime picks; then per backend (cuDNN, flash) the attention alone on dense
-inputs and gather + attention, and torch's paged `varlen_attn` where the installed torch has it; each checked against
-the fp32 reference first (a failing variant reports its error and the run goes on). Fresh chunks use `is_causal`;
-chunks after a prefix a lower-right causal bias, else an explicit boolean mask. Times are CUDA-graph replays
-(medians).
+inputs and gather + attention, and torch's paged `varlen_attn` where the installed torch has it. Each is checked
+against the fp32 reference first, and that first call's wall time is a column: on a shape new to it a backend may
+build a plan (cuDNN does, per shape), which a serving step of a new chunk length would pay. A failing variant
+reports its error and the run goes on. Fresh chunks use `is_causal`; chunks after a prefix a lower-right causal
+bias, else an explicit boolean mask. Times are CUDA-graph replays (medians).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 
 import torch
@@ -115,6 +117,16 @@ def graph_or_eager_ms(call: Callable[[], torch.Tensor]) -> tuple[float, str]:
         return time_ms(call, graph=False), " (eager)"
 
 
+def first_call_ms(call: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:
+    """The call's result and its wall time, the device waited for: on a shape the backend has not seen, what a
+    serving step pays for it (a kernel compile, cuDNN building its plan for that shape)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = call()
+    torch.cuda.synchronize()
+    return out, 1e3 * (time.perf_counter() - start)
+
+
 def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], block_size: int) -> list[str]:
     from experiments.timing import time_ms
 
@@ -123,20 +135,22 @@ def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], bloc
     inputs = chunk_inputs(seqs, length, prefix, heads, block_size)
     want = paged_prefill_reference(*inputs, scale=HEAD_DIM**-0.5).float()
     tuning = default_tuning(tokens, seqs, seqs * ctx, block_size)
-    triton_ms = time_ms(lambda: launch_paged_prefill(*inputs, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=tuning),
-                        graph=True)
+    triton = lambda: launch_paged_prefill(*inputs, scale=HEAD_DIM**-0.5, qk_clip=None, tuning=tuning)
+    _, triton_first = first_call_ms(triton)
+    triton_ms = time_ms(triton, graph=True)
     shape = f"{seqs} x {length} after {prefix}"
-    rows = [f"| {shape} | Triton `paged_prefill` {tuple(tuning)} | - | {triton_ms:.3f} | {flops / triton_ms / 1e9:.0f} "
-            "| 1.00 |"]
+    rows = [f"| {shape} | Triton `paged_prefill` {tuple(tuning)} | - | {triton_first:.1f} | {triton_ms:.3f} | "
+            f"{flops / triton_ms / 1e9:.0f} | 1.00 |"]
     print(rows[0], flush=True)
     for name, call in variants(inputs, seqs, ctx, prefix):
         row = f"| {shape} | {name} |"
         try:
-            err = (call().float() - want).abs().max().item()
+            got, first = first_call_ms(call)
+            err = (got.float() - want).abs().max().item()
             ms, how = graph_or_eager_ms(call)
-            row += f" {err:.1e} | {ms:.3f}{how} | {flops / ms / 1e9:.0f} | {triton_ms / ms:.2f} |"
+            row += f" {err:.1e} | {first:.1f} | {ms:.3f}{how} | {flops / ms / 1e9:.0f} | {triton_ms / ms:.2f} |"
         except Exception as exc:  # why: an unsupported backend or mask must not cost the rest of the device run
-            row += f" failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]} | | | |"
+            row += f" failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]} | | | | |"
         rows.append(row)
         print(row, flush=True)
     return rows
@@ -150,7 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     heads = (args.heads[0], args.heads[1])
     lines = [f"| seqs x tokens after cached ({args.block_size}-token pages) | path | max abs diff from fp32 reference "
-             "| ms | TFLOP/s | Triton time / this |", "|---|---|---|---|---|---|"]
+             "| first call ms (this shape new) | ms | TFLOP/s | Triton time / this |", "|---|---|---|---|---|---|---|"]
     for seqs, length, prefix in SHAPES:
         lines += shape_rows(seqs, length, prefix, heads, args.block_size)
     title = f"Prefill attention: torch's cuDNN and flash SDPA against the Triton kernel ({heads[0]} / {heads[1]} heads)"
