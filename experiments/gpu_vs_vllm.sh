@@ -16,6 +16,9 @@
 #       (KNOBS='{"block_size": 128}': pagetune's engine knobs, as JSON; THEN='COMMAND': a command run after it in the
 #       same background session, e.g. 'python3 -m experiments.bench_prefill --heads 28 4 --warp-specialized --tma
 #       --block-size 128 > $JOB/ws-tma.md')
+#   bash experiments/gpu_vs_vllm.sh tails --open-repeats 2          # the TPOT tail's evidence (issue 28): torch's cuDNN
+#       and flash SDPA against the prefill kernel (bench_prefill_sdpa), a profile of azure-code's chunk steps on
+#       128-token pages (profile_workload), then `all` on 128-token pages, its notes pairing the engines' requests
 #   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh pages          # page sizes 16 / 128 / 64 end to end, every
 #       workload, and the GPU kernel tests, in one background run (about 15 minutes without vLLM; then `wait`)
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
@@ -64,7 +67,7 @@ azure="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-c
 azure="$azure --trace $PWD/.traces/azure_llm_2023_code.csv"
 p128="--tag pages128 --knobs '{\"block_size\": 128}'"
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
-case "${1:?model, all, pages, azure-variants, wait, install, install-mini or old-tree}" in
+case "${1:?model, all, tails, pages, azure-variants, wait, install, install-mini or old-tree}" in
   install) install ;;
   install-mini) install_mini ;;
   old-tree) old_tree ;;
@@ -87,6 +90,14 @@ case "${1:?model, all, pages, azure-variants, wait, install, install-mini or old
       "timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py" \
       "$l --engines $engines" "$l --engines pagetune $p128" \
       "$q --engines pagetune --tag pages64 --knobs '{\"block_size\": 64}'" ;;
+  tails)  # the TPOT tail's evidence, one background run (about 20 minutes; then `wait`)
+    shift; install || exit 1
+    all="python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*"
+    bash "$here/gpu_background.sh" start vs \
+      "python3 -m experiments.bench_prefill_sdpa > \$JOB/sdpa.md 2>&1" \
+      "python3 -m experiments.profile_workload --model qwen2-7b --trace $PWD/.traces/azure_llm_2023_code.csv \
+         --steps 20:32,700:720 --knobs '{\"block_size\": 128}' --out \$JOB/profile" \
+      "$all --knobs '{\"block_size\": 128}'" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
     model=$1; workloads=${2:?workloads}; shift 2
