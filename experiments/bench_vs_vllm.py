@@ -6,7 +6,9 @@ workload
     first   the workload's requests, all submitted at once, on the fresh engine
     warm    the same lengths with other token ids (a prefix cache cannot hit), best of two runs
     open    open-loop replays at a fixed arrival rate (Poisson, seeded; `--open-repeats`, other arrivals and
-            token ids each): TTFT and TPOT p50 / p99 over all their requests, and each replay's own
+            token ids each): TTFT and TPOT p50 / p99 over all their requests, and each replay's own; vLLM's from
+            its engine core's stamps, as pagetune's replay stamps its own (the client's beside them:
+            `streamed_latencies`); every request's pair kept, so the engines' requests pair up (`paired_notes`)
 Output tokens/s is the figure; every request generates exactly its output length (greedy, EOS ignored).
 For pagetune it also reports graph coverage (the share of steps, and of their GPU time, that replayed a
 graph: full decode graphs or piecewise ones) and the GPU's idle share between steps (CUDA events around

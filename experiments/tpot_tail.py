@@ -18,8 +18,6 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from experiments.bench_vs_vllm import OPEN, arrivals, latency_figures, prompts, workload
 from runtime import EngineConfig, VirtualClock, sim_engine
 from runtime.sim.profile_file import GpuProfile, load_profile
@@ -84,7 +82,7 @@ def main() -> None:
         f = latencies(scaled(profile, attention, tokens), replays)
         base = base or f["tpot_p99_s"]
         print(f"| {name} | {f['ttft_p50_s']:.3f} / {f['ttft_p99_s']:.3f} | {1e3 * f['tpot_p50_s']:.1f} / "
-              f"{1e3 * f['tpot_p99_s']:.1f} | {np.round(100 * (f['tpot_p99_s'] / base - 1), 1):+.1f}% |", flush=True)
+              f"{1e3 * f['tpot_p99_s']:.1f} | {100 * (f['tpot_p99_s'] / base - 1):+.1f}% |", flush=True)
 
 
 if __name__ == "__main__":
