@@ -79,6 +79,12 @@ def chunk_inputs(seqs: int, length: int, prefix: int = 0, heads: tuple[int, int]
     return query, k_cache, v_cache, tables, qsl, lens
 
 
+def causal_flops(seqs: int, length: int, prefix: int, q_heads: int) -> float:
+    """The FLOPs of `seqs` causal chunks of `length` after `prefix` cached positions: 2 matmuls x 2 FLOP x D per
+    visible (query, key) pair and head."""
+    return seqs * q_heads * 4 * HEAD_DIM * length * (prefix + (length + 1) / 2)
+
+
 def time_sdpa(seqs: int, length: int, heads: tuple[int, int]) -> float:
     q = torch.randn(seqs, heads[0], length, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(seqs, heads[1], length, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
@@ -103,7 +109,7 @@ def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], swee
     """The launch the runtime picks and the `sweep` variants on one shape; SDPA beside fresh prompts; with `check`,
     each launch's largest difference from the reference before its time."""
     tokens = seqs * length
-    flops = seqs * heads[0] * 4 * HEAD_DIM * length * (prefix + (length + 1) / 2)
+    flops = causal_flops(seqs, length, prefix, heads[0])
     sdpa = time_sdpa(seqs, length, heads) if prefix == 0 else None
     sdpa_cells = "- | - | - | - |" if sdpa is None else \
         f"{sdpa:.3f} | {tokens / sdpa / 1e3:.2f} | {flops / sdpa / 1e9:.0f} |"

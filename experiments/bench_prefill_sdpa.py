@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from experiments.bench_prefill import HEAD_DIM, chunk_inputs
+from experiments.bench_prefill import HEAD_DIM, causal_flops, chunk_inputs
 from experiments.record import add_record_args, header, record
+from experiments.timing import time_ms
 from kernels._gather import gather_kv_padded
 from kernels.paged_prefill import default_tuning, launch_paged_prefill, paged_prefill_reference
 
@@ -108,8 +109,6 @@ def paged_varlen(inputs, ctx: int) -> torch.Tensor:
 
 def graph_or_eager_ms(call: Callable[[], torch.Tensor]) -> tuple[float, str]:
     """CUDA-graph replays where the call can be captured, else CUDA events around eager calls (marked)."""
-    from experiments.timing import time_ms
-
     try:
         return time_ms(call, graph=True), ""
     except Exception:  # why: a backend whose kernels cannot be captured is still timed, and says so
@@ -128,10 +127,8 @@ def first_call_ms(call: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float
 
 
 def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], block_size: int) -> list[str]:
-    from experiments.timing import time_ms
-
     tokens, ctx = seqs * length, prefix + length
-    flops = seqs * heads[0] * 4 * HEAD_DIM * length * (prefix + (length + 1) / 2)
+    flops = causal_flops(seqs, length, prefix, heads[0])
     inputs = chunk_inputs(seqs, length, prefix, heads, block_size)
     want = paged_prefill_reference(*inputs, scale=HEAD_DIM**-0.5).float()
     tuning = default_tuning(tokens, seqs, seqs * ctx, block_size)

@@ -87,13 +87,41 @@ def latency_figures(ttft: list[float], tpot: list[float]) -> dict[str, float]:
             "tpot_p50_s": float(np.percentile(tpot, 50)), "tpot_p99_s": float(np.percentile(tpot, 99))}
 
 
+def latency_rows(stamps) -> list[list[float | None]]:
+    """(arrival, first token, last token, tokens) per request -> [TTFT, TPOT or None (one token)] per request."""
+    return [[f - a, (e - f) / (n - 1) if n > 1 else None] for a, f, e, n in stamps]
+
+
+def request_latencies(per_request: list[list[float | None]]) -> dict:
+    """A replay's figures from its `latency_rows`: p50 / p99, the TTFT and TPOT lists (pooled over replays by
+    `open_loops`), the five longest TTFTs and the rows themselves (kept, to pair the engines' requests)."""
+    ttft = [r[0] for r in per_request]
+    tpot = [r[1] for r in per_request if r[1] is not None]
+    return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "ttft_top_s": sorted(ttft)[-5:],
+            "per_request": per_request}
+
+
+def open_loop_inputs(w: Workload, vocab: int, repeats: int) -> tuple[list[tuple[int, int]], list[tuple]]:
+    """The workload's open-loop replays: (prompt, output) lengths of its OPEN[...] requests, and per replay its
+    prompts and arrivals (other token ids and arrivals each, seeded): the same for every engine and the simulator."""
+    n, rate = OPEN[w.name]
+    lens = [(w.prompt_lens[i % len(w.prompt_lens)], w.output_lens[i % len(w.output_lens)]) for i in range(n)]
+    return lens, [(prompts([p for p, _ in lens], vocab, 5 + 10 * k), arrivals(n, rate, 7 + 10 * k))
+                  for k in range(repeats)]
+
+
+def bench_requests(ps: list[list[int]], outs: list[int], at: list[float]) -> list:
+    """One open-loop replay as the tuner's replay takes it (`tuner.traffic.TrafficRequest`, ids o0, o1, ...)."""
+    from tuner.traffic import TrafficRequest
+
+    return [TrafficRequest(f"o{i}", a, tuple(p), o, f"bench:{i}") for i, (p, o, a) in enumerate(zip(ps, outs, at))]
+
+
 def paired_rows(records, order: list[str]) -> list[list[float | None]]:
     """pagetune's replay records (`tuner.measure.timeline.RequestRecord`, in finishing order) as [TTFT, TPOT or
     None] per request in `order` (the ids in arrival order), to pair with vLLM's side request by request."""
     by_id = {r.request_id: r for r in records}
-    rows = [by_id[i] for i in order]
-    return [[r.first_token - r.arrival,
-             (r.finished - r.first_token) / (r.output_tokens - 1) if r.output_tokens > 1 else None] for r in rows]
+    return latency_rows((r.arrival, r.first_token, r.finished, r.output_tokens) for r in (by_id[i] for i in order))
 
 
 class Streamed(NamedTuple):
@@ -116,17 +144,12 @@ def streamed_latencies(rows: list[Streamed]) -> dict:
     first token late and the tokens after it close together, which shortens TPOT. Client stamps only where no row
     has engine stamps (vLLM without stats)."""
     engine = all(r.engine_first > 0.0 for r in rows)
-    first = [r.engine_first if engine else r.client_first for r in rows]
-    last = [r.engine_last if engine else r.client_end for r in rows]
-    ttft = [f - r.arrival for f, r in zip(first, rows)]
-    tpot = [(e - f) / (r.tokens - 1) for f, e, r in zip(first, last, rows) if r.tokens > 1]
-    client_tpot = [(r.client_end - r.client_first) / (r.tokens - 1) for r in rows if r.tokens > 1]
-    per_request = [[f - r.arrival, (e - f) / (r.tokens - 1) if r.tokens > 1 else None]
-                   for f, e, r in zip(first, last, rows)]
-    return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "stamps": "engine" if engine else "client",
-            "client": latency_figures([r.client_first - r.arrival for r in rows], client_tpot),
-            "first_delta_merged": sum(r.first_delta_tokens > 1 for r in rows), "ttft_top_s": sorted(ttft)[-5:],
-            "per_request": per_request}
+    stamps = [(r.arrival, r.engine_first, r.engine_last, r.tokens) if engine else
+              (r.arrival, r.client_first, r.client_end, r.tokens) for r in rows]
+    client = request_latencies(latency_rows((r.arrival, r.client_first, r.client_end, r.tokens) for r in rows))
+    return {**request_latencies(latency_rows(stamps)), "stamps": "engine" if engine else "client",
+            "client": latency_figures(client["ttft"], client["tpot"]),
+            "first_delta_merged": sum(r.first_delta_tokens > 1 for r in rows)}
 
 
 # ---- the parent ------------------------------------------------------------------------------------------

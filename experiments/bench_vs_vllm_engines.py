@@ -18,10 +18,12 @@ from experiments.bench_vs_vllm import (
     MAX_LEN,
     OPEN,
     Streamed,
-    arrivals,
+    bench_requests,
     latency_figures,
+    open_loop_inputs,
     paired_rows,
     prompts,
+    request_latencies,
     streamed_latencies,
     workload,
 )
@@ -61,12 +63,10 @@ def open_loops(side, name: str, w, repeats: int) -> dict[str, Any]:
     each replay's own, for the spread. None for 0 repeats (offline figures only)."""
     if repeats == 0:
         return {}
-    n, rate = OPEN[name]
-    lens = [(w.prompt_lens[i % len(w.prompt_lens)], w.output_lens[i % len(w.output_lens)]) for i in range(n)]
-    runs = [side.open_loop(prompts([p for p, _ in lens], side.vocab, 5 + 10 * k), [o for _, o in lens],
-                           arrivals(n, rate, 7 + 10 * k)) for k in range(repeats)]
+    lens, replays = open_loop_inputs(w, side.vocab, repeats)
+    runs = [side.open_loop(ps, [o for _, o in lens], at) for ps, at in replays]
     pooled = latency_figures([x for r in runs for x in r.pop("ttft")], [x for r in runs for x in r.pop("tpot")])
-    return {"rate": rate, "requests": n * repeats, **pooled, "lens": lens, "replays": runs}
+    return {"rate": OPEN[name][1], "requests": len(lens) * repeats, **pooled, "lens": lens, "replays": runs}
 
 
 # ---- pagetune --------------------------------------------------------------------------------------------
@@ -151,18 +151,13 @@ class PagetuneSide:
 
     def open_loop(self, ps: list[list[int]], outs: list[int], at: list[float]) -> dict[str, Any]:
         from tuner.measure.replay import replay
-        from tuner.traffic import TrafficRequest
 
-        reqs = [TrafficRequest(f"o{i}", a, tuple(p), o, f"bench:{i}") for i, (p, o, a) in enumerate(zip(ps, outs, at))]
+        reqs = bench_requests(ps, outs, at)
         self.events.summary()
         with CompileLog() as log:
             result = replay(self.engine, self.clock, reqs)
-        ttft = [r.first_token - r.arrival for r in result.records]
-        tpot = [(r.finished - r.first_token) / (r.output_tokens - 1) for r in result.records if r.output_tokens > 1]
-        per_request = paired_rows(result.records, [q.request_id for q in reqs])
-        return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "skipped_idle_s": self.clock.skipped_s,
-                "graphs": self.events.summary(), "compiles": log.summary(), "ttft_top_s": sorted(ttft)[-5:],
-                "per_request": per_request}
+        return {**request_latencies(paired_rows(result.records, [q.request_id for q in reqs])),
+                "skipped_idle_s": self.clock.skipped_s, "graphs": self.events.summary(), "compiles": log.summary()}
 
     def close(self) -> None:
         del self.engine

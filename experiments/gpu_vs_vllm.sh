@@ -63,8 +63,9 @@ install_engines() {  # vLLM where it runs; the replay's imports alone for ENGINE
 }
 
 engines=${ENGINES:-pagetune,vllm}
-azure="python3 -m experiments.bench_vs_vllm --model qwen2-7b --workloads azure-code --open-repeats 2"
-azure="$azure --trace $PWD/.traces/azure_llm_2023_code.csv"
+trace=$PWD/.traces/azure_llm_2023_code.csv
+bench="python3 -m experiments.bench_vs_vllm --trace $trace"
+azure="$bench --model qwen2-7b --workloads azure-code --open-repeats 2"
 p128="--tag pages128 --knobs '{\"block_size\": 128}'"
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
 case "${1:?model, all, tails, pages, azure-variants, wait, install, install-mini or old-tree}" in
@@ -74,7 +75,7 @@ case "${1:?model, all, tails, pages, azure-variants, wait, install, install-mini
   all)
     shift; install || exit 1
     bash "$here/gpu_background.sh" start vs \
-      "python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*${KNOBS:+ --knobs '$KNOBS'}" \
+      "$bench --out \$JOB $*${KNOBS:+ --knobs '$KNOBS'}" \
       ${THEN:+"$THEN"} ;;
   azure-variants)
     shift; install_engines || exit 1
@@ -85,19 +86,18 @@ case "${1:?model, all, tails, pages, azure-variants, wait, install, install-mini
   pages)  # page sizes 16 / 128 / 64 end to end, and the GPU kernel tests; ENGINES=pagetune: without vLLM
     shift; install_engines || exit 1
     q="$azure --out \$JOB $*"
-    l="python3 -m experiments.bench_vs_vllm --model llama-3-8b --workloads uniform,mixed --open-repeats 2 --out \$JOB $*"
+    l="$bench --model llama-3-8b --workloads uniform,mixed --open-repeats 2 --out \$JOB $*"
     bash "$here/gpu_background.sh" start vs "$q --engines $engines" "$q --engines pagetune $p128" \
       "timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py" \
       "$l --engines $engines" "$l --engines pagetune $p128" \
       "$q --engines pagetune --tag pages64 --knobs '{\"block_size\": 64}'" ;;
   tails)  # the TPOT tail's evidence, one background run (about 20 minutes; then `wait`)
     shift; install || exit 1
-    all="python3 -m experiments.bench_vs_vllm --trace $PWD/.traces/azure_llm_2023_code.csv --out \$JOB $*"
     bash "$here/gpu_background.sh" start vs \
       "python3 -m experiments.bench_prefill_sdpa > \$JOB/sdpa.md 2>&1" \
-      "python3 -m experiments.profile_workload --model qwen2-7b --trace $PWD/.traces/azure_llm_2023_code.csv \
+      "python3 -m experiments.profile_workload --model qwen2-7b --trace $trace \
          --steps 20:32,700:720 --knobs '{\"block_size\": 128}' --out \$JOB/profile" \
-      "$all --knobs '{\"block_size\": 128}'" ;;
+      "$bench --out \$JOB $* --knobs '{\"block_size\": 128}'" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
     model=$1; workloads=${2:?workloads}; shift 2

@@ -18,12 +18,11 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.bench_vs_vllm import OPEN, arrivals, latency_figures, prompts, workload
+from experiments.bench_vs_vllm import OPEN, bench_requests, latency_figures, open_loop_inputs, workload
 from runtime import EngineConfig, VirtualClock, sim_engine
 from runtime.sim.profile_file import GpuProfile, load_profile
 from runtime.sim.stepmodel import FEATURES
 from tuner.measure.replay import replay
-from tuner.traffic import TrafficRequest
 
 ATTENTION, TOKENS = FEATURES.index("prefill_attention"), FEATURES.index("prefill_tokens")
 WHAT_IFS = [("as profiled", 1.0, 1.0), ("prefill attention x0.8", 0.8, 1.0), ("prefill attention x0.63 (FA3's ratio)",
@@ -41,20 +40,13 @@ def scaled(profile: GpuProfile, attention: float, tokens: float) -> GpuProfile:
     return replace(profile, coefficients=coefficients)
 
 
-def open_loop_requests(trace: Path | None, vocab: int, repeats: int) -> list[list[TrafficRequest]]:
+def open_loop_requests(trace: Path | None, vocab: int, repeats: int) -> list[list]:
     """The bench's azure-code open-loop replays: the same lengths, arrivals and seeds as `bench_vs_vllm`."""
-    w = workload("azure-code", trace)
-    n, rate = OPEN["azure-code"]
-    lens = [(w.prompt_lens[i % len(w.prompt_lens)], w.output_lens[i % len(w.output_lens)]) for i in range(n)]
-    out = []
-    for k in range(repeats):
-        ps, at = prompts([p for p, _ in lens], vocab, 5 + 10 * k), arrivals(n, rate, 7 + 10 * k)
-        out.append([TrafficRequest(f"o{i}", a, tuple(p), o, f"bench:{i}")
-                    for i, (p, (_, o), a) in enumerate(zip(ps, lens, at))])
-    return out
+    lens, replays = open_loop_inputs(workload("azure-code", trace), vocab, repeats)
+    return [bench_requests(ps, [o for _, o in lens], at) for ps, at in replays]
 
 
-def latencies(profile: GpuProfile, replays: list[list[TrafficRequest]]) -> dict[str, float]:
+def latencies(profile: GpuProfile, replays: list[list]) -> dict[str, float]:
     """TTFT and TPOT p50 / p99 pooled over the replays, on the simulated engine at pagetune's defaults."""
     config = EngineConfig.from_flat(profile.model, max_model_len=8192)
     ttft, tpot = [], []
