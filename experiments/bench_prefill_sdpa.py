@@ -14,9 +14,10 @@ chunk's context is gathered from the pages first, and that copy counts in its ti
         attend   SDPA(q [1, Hq, L, D], K, V): causal aligned to the bottom right (query i sees positions <= P + i)
 
 Rows per shape: the Triton launch the runtime picks; then per backend (cuDNN, flash) the attention alone on dense
-inputs and gather + attention, and torch's paged `varlen_attn` where the installed torch has it. Each is checked
-against the fp32 reference first, and that first call's wall time is a column: on a shape new to it a backend may
-build a plan (cuDNN does, per shape), which a serving step of a new chunk length would pay. A failing variant
+inputs and gather + attention, and torch's paged `varlen_attn` where the installed torch has it (2.13; not
+2.11). Each is checked against the fp32 reference first, and that first call's wall time is a column: on a shape
+new to it a backend may build a plan (cuDNN does, per shape), which a serving step of a new chunk length would
+pay. A failing variant
 reports its error and the run goes on. Fresh chunks use `is_causal`; chunks after a prefix a lower-right causal
 bias, else an explicit boolean mask. Times are CUDA-graph replays (medians).
 """
@@ -24,6 +25,7 @@ bias, else an explicit boolean mask. Times are CUDA-graph replays (medians).
 from __future__ import annotations
 
 import argparse
+import inspect
 import time
 from collections.abc import Callable
 
@@ -92,8 +94,19 @@ def variants(inputs, seqs: int, ctx: int, prefix: int) -> list[tuple[str, Callab
             out.append((f"{backend_name} {mask}, dense K/V", lambda f=attend: f(k_dense, v_dense)))
             out.append((f"{backend_name} {mask}, gather + attend",
                         lambda f=attend: f(dense_kv(k_cache, tables, ctx), dense_kv(v_cache, tables, ctx))))
-    out.append(("torch `varlen_attn` on the pages (its flash, block table)", lambda: paged_varlen(inputs, ctx)))
+    if varlen_pages_available():
+        out.append(("torch `varlen_attn` on the pages (its flash, block table)", lambda: paged_varlen(inputs, ctx)))
     return out
+
+
+def varlen_pages_available() -> bool:
+    """Whether the installed torch's `varlen_attn` reads pages and groups heads (torch 2.13 does; 2.11, the GPU
+    image's, has neither `block_table` nor `enable_gqa`)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return False
+    return {"block_table", "enable_gqa"} <= set(inspect.signature(varlen_attn).parameters)
 
 
 def paged_varlen(inputs, ctx: int) -> torch.Tensor:

@@ -36,3 +36,16 @@ def test_dense_sdpa_equals_the_paged_reference(seqs: int, length: int, prefix: i
     for mask in masks_for(prefix):
         got = sdpa_chunks(q, k, v, scale=D**-0.5, mask=mask).transpose(1, 2).reshape(query.shape)
         assert (got - want).abs().max().item() < 1e-5, mask
+
+
+def test_the_paged_varlen_row_is_offered_only_where_torch_takes_pages_and_grouped_heads(monkeypatch) -> None:
+    import torch.nn.attention.varlen as varlen
+
+    from experiments.bench_prefill_sdpa import varlen_pages_available
+
+    def like_torch_2_11(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
+        raise AssertionError("not called")
+
+    assert varlen_pages_available()  # this torch (2.13) has both
+    monkeypatch.setattr(varlen, "varlen_attn", like_torch_2_11)
+    assert not varlen_pages_available()

@@ -1,5 +1,6 @@
 """vLLM's open-loop latencies in the side-by-side bench come from the engine core's stamps, as pagetune's own."""
 
+import numpy as np
 import pytest
 
 from experiments.bench_vs_vllm import Streamed, client_notes, streamed_latencies
@@ -65,7 +66,28 @@ def test_paired_requests_show_where_a_tpot_tail_comes_from() -> None:
     ]
     assert paired_notes(results, top=2) == [
         "azure-code TPOT, paired requests: pagetune longer on 1 of 2; its longest 30.0 vs 25.0 ms (2 out), "
-        "6.0 vs 7.0 ms (9 out)"]
+        "6.0 vs 7.0 ms (9 out)",
+        # p99 of (0.030, 0.006) over p99 of (0.025, 0.007): (0.006 + 0.99 * 0.024) / (0.007 + 0.99 * 0.018) = 1.20;
+        # a draw of request 1 twice gives 0.006 / 0.007 = 0.86
+        "azure-code p99, pagetune / vLLM on paired requests (95% bootstrap interval): TTFT 1.00 (1.00-1.00), "
+        "TPOT 1.20 (0.86-1.20)"]
+
+
+def test_the_p99_ratio_pairs_the_requests_in_every_draw() -> None:
+    from experiments.bench_vs_vllm import p99_ratio
+
+    rng = np.random.default_rng(1)
+    replays = [rng.exponential(1.0, 160).tolist() for _ in range(2)]
+
+    def opened(scale: float, gone: int | None = None) -> dict:
+        return {"replays": [{"per_request": [[scale * x, None if i == gone else 2 * scale * x]
+                                              for i, x in enumerate(r)]} for r in replays]}
+
+    # vLLM's every request twice as long: every draw's ratio is exactly one half, whatever the draw
+    assert p99_ratio(opened(1.0), opened(2.0), 0) == (0.5, 0.5, 0.5)
+    assert p99_ratio(opened(3.0), opened(3.0), 1) == (1.0, 1.0, 1.0)
+    # a request without a TPOT on one side is left out of both
+    assert p99_ratio(opened(1.0, gone=5), opened(2.0), 1) == (0.5, 0.5, 0.5)
 
 
 def test_streamed_rows_pair_up_in_the_arrivals_order() -> None:
