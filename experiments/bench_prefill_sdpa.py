@@ -1,8 +1,9 @@
 """Would torch's own attention backends beat the Triton prefill kernel on Hopper? cuDNN's fused attention (and
 torch's flash for reference), fed by gathering a chunk's paged K/V into dense tensors first, against
-`paged_prefill` on the same chunks.
+`paged_prefill` on the same chunks; and FlashAttention 4 on the pages, where it is installed (the runtime's
+`kernel.prefill_kernel: fa4`, `kernels/fa4_prefill.py`).
 
-    python -m experiments.bench_prefill_sdpa [--heads 28 4] [--block-size 128] [--record]
+    python -m experiments.bench_prefill_sdpa [--heads 28 4] [--block-size 128] [--paths sdpa,fa4] [--record]
 
 The question behind it (issue 28): FlashAttention 3 takes 0.57-0.66 of the Triton kernel's time on prefill chunks,
 and a decode row's TPOT tail is the steps it shares with those chunks. cuDNN's SDPA on Hopper is a separate
@@ -37,6 +38,8 @@ from experiments.bench_prefill import HEAD_DIM, causal_flops, chunk_inputs
 from experiments.record import add_record_args, header, record
 from experiments.timing import time_ms
 from kernels._gather import gather_kv_padded
+from kernels.fa4_prefill import fa4_paged_prefill
+from kernels.fa4_prefill import unavailable as fa4_unavailable
 from kernels.paged_prefill import default_tuning, launch_paged_prefill, paged_prefill_reference
 
 SHAPES = [(1, 2048, 0), (4, 2048, 0), (1, 2048, 2048), (1, 2048, 4096), (1, 2048, 6144), (2, 1024, 3072)]
@@ -77,13 +80,21 @@ def masks_for(prefix: int) -> list[str]:
     return ["causal"] if prefix == 0 else ["lower-right", "bool"]
 
 
-def variants(inputs, seqs: int, ctx: int, prefix: int) -> list[tuple[str, Callable[[], torch.Tensor]]]:
-    """(name, a call returning [T, Hq, D]) for every backend, mask and with / without the gather."""
-    query, k_cache, v_cache, tables, _, _ = inputs
+def variants(inputs, seqs: int, ctx: int, prefix: int, paths: set[str]) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    """(name, a call returning [T, Hq, D]) for every backend, mask and with / without the gather (`paths` "sdpa"),
+    and FlashAttention 4 on the pages where it runs (`paths` "fa4")."""
+    query, k_cache, v_cache, tables, qsl, lens = inputs
     scale = HEAD_DIM**-0.5
+    out = []
+    if "fa4" in paths and fa4_unavailable(query.device, k_cache.dtype, None) is None:
+        length = query.shape[0] // seqs
+        out.append(("FlashAttention 4 (CuTe DSL) on the pages (`kernel.prefill_kernel: fa4`)",
+                    lambda: fa4_paged_prefill(query, k_cache, v_cache, tables, qsl, lens, scale=scale,
+                                              max_q=length, max_k=ctx)))
+    if "sdpa" not in paths:
+        return out
     q = chunk_queries(query, seqs)
     k_dense, v_dense = dense_kv(k_cache, tables, ctx).contiguous(), dense_kv(v_cache, tables, ctx).contiguous()
-    out = []
     for backend_name, backend in BACKENDS.items():
         for mask in masks_for(prefix):
             def attend(k, v, backend=backend, mask=mask):
@@ -139,7 +150,8 @@ def first_call_ms(call: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float
     return out, 1e3 * (time.perf_counter() - start)
 
 
-def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], block_size: int) -> list[str]:
+def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], block_size: int,
+               paths: set[str]) -> list[str]:
     tokens, ctx = seqs * length, prefix + length
     flops = causal_flops(seqs, length, prefix, heads[0])
     inputs = chunk_inputs(seqs, length, prefix, heads, block_size)
@@ -152,7 +164,7 @@ def shape_rows(seqs: int, length: int, prefix: int, heads: tuple[int, int], bloc
     rows = [f"| {shape} | Triton `paged_prefill` {tuple(tuning)} | - | {triton_first:.1f} | {triton_ms:.3f} | "
             f"{flops / triton_ms / 1e9:.0f} | 1.00 |"]
     print(rows[0], flush=True)
-    for name, call in variants(inputs, seqs, ctx, prefix):
+    for name, call in variants(inputs, seqs, ctx, prefix, paths):
         row = f"| {shape} | {name} |"
         try:
             got, first = first_call_ms(call)
@@ -170,15 +182,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", type=int, nargs=2, default=[28, 4], metavar=("QUERY", "KV"))
     parser.add_argument("--block-size", type=int, default=128, help="tokens a page of the cache")
+    parser.add_argument("--paths", default="sdpa,fa4", help="beside Triton: sdpa (cuDNN, flash, varlen), fa4")
     add_record_args(parser)
     args = parser.parse_args()
     heads = (args.heads[0], args.heads[1])
+    paths = set(args.paths.split(","))
+    fa4_note = fa4_unavailable(torch.device("cuda"), torch.bfloat16, None) if "fa4" in paths else None
     lines = [f"| seqs x tokens after cached ({args.block_size}-token pages) | path | max abs diff from fp32 reference "
              "| first call ms (this shape new) | ms | TFLOP/s | Triton time / this |", "|---|---|---|---|---|---|---|"]
     for seqs, length, prefix in SHAPES:
-        lines += shape_rows(seqs, length, prefix, heads, args.block_size)
-    title = f"Prefill attention: torch's cuDNN and flash SDPA against the Triton kernel ({heads[0]} / {heads[1]} heads)"
-    table = header(title) + f"cuDNN {torch.backends.cudnn.version()}.\n\n" + "\n".join(lines)
+        lines += shape_rows(seqs, length, prefix, heads, args.block_size, paths)
+    title = f"Prefill attention: torch's SDPA and FA4 against the Triton kernel ({heads[0]} / {heads[1]} heads)"
+    notes = f"cuDNN {torch.backends.cudnn.version()}." + (f" No FA4 row: FA4 {fa4_note}." if fa4_note else "")
+    table = header(title) + notes + "\n\n" + "\n".join(lines)
     print("\n" + table)
     if args.record:
         record(table + "\n", args.results)

@@ -222,11 +222,12 @@ def table(out: Path) -> str:
 
 
 def ratios(results: list[dict]) -> list[str]:
-    """pagetune's warm throughput over vLLM's, per workload both engines ran on the same model."""
+    """pagetune's warm throughput over vLLM's, per workload both engines ran on the same model (each pagetune
+    variant, `--tag`, on its own line)."""
     warm = {(r["engine"], r["model"], w["name"]): w["warm_tok_s"] for r in results for w in r["workloads"]}
-    return [f"{name} on {model}: pagetune / vLLM warm {tok_s / warm[('vllm', model, name)]:.2f}x"
+    return [f"{name} on {model}: {engine} / vLLM warm {tok_s / warm[('vllm', model, name)]:.2f}x"
             for (engine, model, name), tok_s in warm.items()
-            if engine == "pagetune" and ("vllm", model, name) in warm]
+            if engine.startswith("pagetune") and ("vllm", model, name) in warm]
 
 
 def client_notes(results: list[dict]) -> list[str]:
@@ -255,16 +256,16 @@ def paired_notes(results: list[dict], top: int = 4) -> list[str]:
     notes = []
     for (engine, model, name), mine in opened.items():
         theirs = opened.get(("vllm", model, name))
-        if engine != "pagetune" or theirs is None:
+        if not engine.startswith("pagetune") or theirs is None:
             continue
         pairs = [(mine["lens"][i][1], a[1], b[1])
                  for ra, rb in zip(mine["replays"], theirs["replays"])
                  for i, (a, b) in enumerate(zip(ra["per_request"], rb["per_request"])) if a[1] is not None]
         longer = sum(a > b for _, a, b in pairs)
         worst = sorted(pairs, key=lambda x: -x[1])[:top]
-        notes.append(f"{name} TPOT, paired requests: pagetune longer on {longer} of {len(pairs)}; its longest "
+        notes.append(f"{name} TPOT, paired requests: {engine} longer on {longer} of {len(pairs)}; its longest "
                      + ", ".join(f"{1e3 * a:.1f} vs {1e3 * b:.1f} ms ({n} out)" for n, a, b in worst))
-        notes.append(f"{name} p99, pagetune / vLLM on paired requests (95% bootstrap interval): "
+        notes.append(f"{name} p99, {engine} / vLLM on paired requests (95% bootstrap interval): "
                      + ", ".join(f"{label} {ratio:.2f} ({lo:.2f}-{hi:.2f})" for label, (ratio, lo, hi) in
                                  (("TTFT", p99_ratio(mine, theirs, 0)), ("TPOT", p99_ratio(mine, theirs, 1)))))
     return notes

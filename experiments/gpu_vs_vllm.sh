@@ -19,6 +19,12 @@
 #   bash experiments/gpu_vs_vllm.sh tails --open-repeats 2          # the TPOT tail's evidence (issue 28): torch's cuDNN
 #       and flash SDPA against the prefill kernel (bench_prefill_sdpa), a profile of azure-code's chunk steps on
 #       128-token pages (profile_workload), then `all` on 128-token pages, its notes pairing the engines' requests
+#   bash experiments/gpu_vs_vllm.sh fa4 --open-repeats 4             # FlashAttention 4 as the prefill kernel (issue
+#       28; its two parts first: experiments/fa4_wheelhouse.sh, copied to /tmp/fa4partK): its GPU tests, its kernel
+#       against Triton's (bench_prefill_sdpa --paths fa4, 128- and 16-token pages), then azure-code and mixed on
+#       128-token pages: pagetune with Triton's prefill and vLLM in one run, pagetune with FA4's in the next, every
+#       result in one folder (bench/) so the table pairs all three (about 20 minutes; then `wait`).
+#       ENGINES=pagetune: without vLLM (no vLLM parts), about 10 minutes
 #   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh pages          # page sizes 16 / 128 / 64 end to end, every
 #       workload, and the GPU kernel tests, in one background run (about 15 minutes without vLLM; then `wait`)
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
@@ -49,6 +55,14 @@ install() {
   python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 }
 
+install_fa4() {  # FlashAttention 4 into a folder of its own: /tmp/fa4site (fa4_wheelhouse.sh says why)
+  if [ ! -d /tmp/fa4site/flash_attn ]; then
+    mkdir -p /tmp/fa4whl && cat /tmp/fa4part[0-9] | tar -x -C /tmp/fa4whl || return 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fa4site /tmp/fa4whl/*.whl 2>&1 | tail -3
+  fi
+  PYTHONPATH=/tmp/fa4site:$PYTHONPATH python3 -c "import flash_attn.cute, cutlass; print('flash_attn.cute', cutlass.__version__)"
+}
+
 install_mini() {  # the replay's imports alone, where vLLM does not run
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vsite .whlmini/*.whl
 }
@@ -68,8 +82,9 @@ bench="python3 -m experiments.bench_vs_vllm --trace $trace"
 azure="$bench --model qwen2-7b --workloads azure-code --open-repeats 2"
 p128="--tag pages128 --knobs '{\"block_size\": 128}'"
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
-case "${1:?model, all, tails, pages, azure-variants, wait, install, install-mini or old-tree}" in
+case "${1:?model, all, tails, fa4, pages, azure-variants, wait, install, install-fa4, install-mini or old-tree}" in
   install) install ;;
+  install-fa4) install_fa4 ;;
   install-mini) install_mini ;;
   old-tree) old_tree ;;
   all)
@@ -98,6 +113,16 @@ case "${1:?model, all, tails, pages, azure-variants, wait, install, install-mini
       "python3 -m experiments.profile_workload --model qwen2-7b --trace $trace \
          --steps 20:32,700:720 --knobs '{\"block_size\": 128}' --out \$JOB/profile" \
       "$bench --out \$JOB $* --knobs '{\"block_size\": 128}'" ;;
+  fa4)  # FlashAttention 4 as the prefill kernel beside Triton's and vLLM (about 20 minutes; then `wait`)
+    shift; install_engines && install_fa4 || exit 1
+    fa="PYTHONPATH=/tmp/fa4site:$PYTHONPATH"
+    both="--out /tmp/bg-vs/bench --workloads azure-code,mixed $*"
+    bash "$here/gpu_background.sh" start vs \
+      "$fa timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py -k fa4 -rs" \
+      "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 > \$JOB/fa4-pages128.md 2>&1" \
+      "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 --block-size 16 > \$JOB/fa4-pages16.md 2>&1" \
+      "$bench $both --engines $engines --knobs '{\"block_size\": 128}'" \
+      "$fa $bench $both --engines pagetune --tag fa4 --knobs '{\"block_size\": 128, \"prefill_kernel\": \"fa4\"}'" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
     model=$1; workloads=${2:?workloads}; shift 2

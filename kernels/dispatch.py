@@ -3,7 +3,8 @@
 use_triton=False: the torch references everywhere (the CPU path; exact fp32 math).
 use_triton=True:  RMSNorm (+ residual add), rotary embedding and the gated activation -> their fused
 Triton kernels; decode -> `paged_decode`; KV write -> Triton `write_kv`; prefill -> per sequence,
-chunks of at least `flash_min_len` query tokens go to the Triton flash kernel and shorter ones to
+chunks of at least `flash_min_len` query tokens go to the Triton flash kernel (or, with
+`prefill_kernel="fa4"`, FlashAttention 4's: `kernels.fa4_prefill`) and shorter ones to
 torch SDPA over their gathered K/V (with `qk_clip` set the short path runs the explicit clipped
 softmax instead, since SDPA cannot clip).
 """
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 
 from kernels import activation, kv_write, norm, rotary
 from kernels._gather import gather_kv_padded, masked_softmax_attend
+from kernels.fa4_prefill import fa4_paged_prefill
 from kernels.paged_decode import paged_decode, paged_decode_reference
 from kernels.paged_prefill import paged_prefill, paged_prefill_reference
 from kernels.prefill_plan import PrefillPlan, ShortChunks, plan_prefill
@@ -79,10 +81,12 @@ def prefill_attention(
     query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     query_start_loc: torch.Tensor, context_lens: torch.Tensor, *, scale: float, qk_clip: float | None,
     flash_min_len: int, use_triton: bool, plan: PrefillPlan | None = None, out: torch.Tensor | None = None,
+    kernel: str = "triton",
 ) -> torch.Tensor:  # fmt: skip
     """Causal attention for B chunks: query [T, Hq, D] -> [T, Hq, D] (see `paged_prefill`), into `out` when
     given. `plan`: which chunk takes which path and the flash launch (`plan_prefill`, built once a step); without
-    one it is built here, which reads the lengths back from the device."""
+    one it is built here, which reads the lengths back from the device. `kernel`: the flash path's, "triton"
+    (`paged_prefill`) or "fa4" (`fa4_paged_prefill`; the caller has checked it can run)."""
     if not use_triton:
         return _into(out, paged_prefill_reference(
             query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip
@@ -91,20 +95,29 @@ def prefill_attention(
         plan = plan_prefill(query_start_loc.tolist(), context_lens.tolist(), flash_min_len, query.device,
                            k_cache.shape[1])
     if plan.all_flash:
-        return paged_prefill(
-            query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale, qk_clip=qk_clip,
-            out=out, tuning=plan.tuning,
-        )
+        return _flash(kernel, plan, query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale,
+                      qk_clip, out)
     out = torch.empty_like(query) if out is None else out
     if plan.flash is not None:
         f = plan.flash
-        out[f.rows] = paged_prefill(
-            query[f.rows], k_cache, v_cache, block_tables[f.seqs], f.starts, context_lens[f.seqs],
-            scale=scale, qk_clip=qk_clip, tuning=plan.tuning,
-        )  # fmt: skip
+        out[f.rows] = _flash(kernel, plan, query[f.rows], k_cache, v_cache, block_tables[f.seqs], f.starts,
+                             context_lens[f.seqs], scale, qk_clip)
     if plan.short is not None:
         out[plan.short.rows] = _short_prefill(query, k_cache, v_cache, block_tables, plan.short, scale, qk_clip)
     return out
+
+
+def _flash(
+    kernel: str, plan: PrefillPlan, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    block_tables: torch.Tensor, query_start_loc: torch.Tensor, context_lens: torch.Tensor, scale: float,
+    qk_clip: float | None, out: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """The flash path's chunks by `kernel`; the plan's bounds cover any subset of its chunks."""
+    if kernel == "fa4":
+        return fa4_paged_prefill(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale,
+                                 max_q=plan.max_q, max_k=plan.max_ctx, out=out)
+    return paged_prefill(query, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale=scale,
+                         qk_clip=qk_clip, out=out, tuning=plan.tuning)
 
 
 def _short_prefill(

@@ -49,6 +49,8 @@ class PrefillPlan(NamedTuple):
     flash: FlashChunks | None
     short: ShortChunks | None
     tuning: PrefillTuning  # the flash launch's, from the flash chunks' lengths (unused when there are none)
+    max_q: int = 0  # the longest chunk and context of the batch (host integers: FA4's launch bounds)
+    max_ctx: int = 0
 
 
 def plan_prefill(query_start_loc: list[int], context_lens: list[int], flash_min_len: int,
@@ -60,11 +62,12 @@ def plan_prefill(query_start_loc: list[int], context_lens: list[int], flash_min_
     flash = np.flatnonzero(q_lens >= flash_min_len)
     short = np.flatnonzero((q_lens > 0) & (q_lens < flash_min_len))
     tuning = default_tuning(int(q_lens[flash].sum()), len(flash), int(ctx[flash].sum()), page_tokens)
+    bounds = (int(q_lens.max(initial=0)), int(ctx.max(initial=0)))
     if len(flash) == len(q_lens):
-        return PrefillPlan(True, None, None, tuning)
+        return PrefillPlan(True, None, None, tuning, *bounds)
     starts = np.asarray(query_start_loc[:-1], dtype=np.int64)
     return PrefillPlan(False, _flash(flash, starts, q_lens, device) if len(flash) else None,
-                       _short(short, starts, q_lens, ctx, device) if len(short) else None, tuning)
+                       _short(short, starts, q_lens, ctx, device) if len(short) else None, tuning, *bounds)
 
 
 def _rows(seqs: np.ndarray, starts: np.ndarray, q_lens: np.ndarray) -> np.ndarray:

@@ -62,6 +62,7 @@ class AttentionMetadata:
     qk_clip: float | None
     flash_min_len: int
     split_kv_min_len: int
+    prefill_kernel: str = "triton"  # the flash path's kernel (`kernel.prefill_kernel`)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float,
@@ -89,5 +90,5 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: in
             prefill_attention(
                 q[p.tokens], k_cache, v_cache, p.block_tables, p.query_start_loc, p.context_lens, scale=scale,
                 qk_clip=meta.qk_clip, flash_min_len=meta.flash_min_len, use_triton=meta.use_triton, plan=p.plan,
-                out=out[p.tokens])
+                out=out[p.tokens], kernel=meta.prefill_kernel)
     return out

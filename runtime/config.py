@@ -38,6 +38,7 @@ NEUTRAL = "numerics_neutral"
 # The per-step token budget with chunked prefill when `scheduler.max_num_batched_tokens` is null (vLLM's
 # `vllm serve` default for GPUs under 70 GiB; without chunked prefill the budget is max_model_len).
 DEFAULT_CHUNKED_BUDGET = 2048
+PREFILL_KERNELS = ("triton", "fa4")  # `kernel.prefill_kernel`
 
 
 def _is_pow2(n: int) -> bool:
@@ -162,6 +163,10 @@ class KernelConfig:
     # do (on an H200 flash took a 2-63-token chunk's step 2.6-14x faster: experiments/bench_prefill_paths.py)
     flash_min_len: int = 1
     split_kv_min_len: int = 256  # decode contexts longer than this use split-KV (fastest or level at any batch)
+    # the flash path's prefill kernel with Triton attention: triton (this project's) or fa4 (FlashAttention 4's
+    # CuTe-DSL kernels, an optional install: kernels/fa4_prefill.py; Hopper or Blackwell, bf16/fp16 cache, no
+    # qk_clip; the engine refuses it at start where it cannot run, saying why)
+    prefill_kernel: str = "triton"
     # clamp scaled QK scores to [-qk_clip, qk_clip] before softmax; None: no clamp
     qk_clip: float | None = field(default=None, metadata={NEUTRAL: None})
     # pad token count and decode batch size up to a multiple of this; under CUDA graphs a step of up to
@@ -189,6 +194,8 @@ class KernelConfig:
                f"must be auto, torch or triton, got {self.attention_backend!r}")
         _check(self.flash_min_len >= 1, "kernel.flash_min_len", f"must be >= 1, got {self.flash_min_len}")
         _check(self.split_kv_min_len >= 1, "kernel.split_kv_min_len", f"must be >= 1, got {self.split_kv_min_len}")
+        _check(self.prefill_kernel in PREFILL_KERNELS, "kernel.prefill_kernel",
+               f"must be {' or '.join(PREFILL_KERNELS)}, got {self.prefill_kernel!r}")
         _check(self.qk_clip is None or self.qk_clip > 0, "kernel.qk_clip", f"must be > 0 or null, got {self.qk_clip}")
         _check(self.pad_multiple >= 1, "kernel.pad_multiple", f"must be >= 1, got {self.pad_multiple}")
         _check(0 <= self.max_cudagraph_capture_size <= 8192, "kernel.max_cudagraph_capture_size",
@@ -278,7 +285,7 @@ class EngineConfig:
         torch_attention = self.kernel.attention_backend == "torch" or (
             self.kernel.attention_backend == "auto" and device_type != "cuda")
         if torch_attention:  # the Triton kernels' thresholds
-            inert |= {"kernel.flash_min_len", "kernel.split_kv_min_len"}
+            inert |= {"kernel.flash_min_len", "kernel.split_kv_min_len", "kernel.prefill_kernel"}
         if torch_attention or device_type != "cuda":  # picked by timing on a CUDA device with Triton attention only
             inert.add("kernel.skinny_gemm")
         return frozenset(inert)

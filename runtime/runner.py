@@ -10,6 +10,7 @@ from itertools import groupby
 import numpy as np
 import torch
 
+from kernels.fa4_prefill import unavailable as fa4_unavailable
 from runtime.attention import KVCache
 from runtime.backend import PreviousTokens
 from runtime.config import ConfigError, KernelConfig
@@ -64,6 +65,16 @@ def _copy_blocks(copies: tuple[BlockCopy, ...], src: list[KVCache], dst: list[KV
             getattr(dst[tier], name)[:, d_idx] = moved
 
 
+def _check_prefill_kernel(kernel: KernelConfig, use_triton: bool, device: torch.device, kv_dtype: torch.dtype) -> None:
+    """`kernel.prefill_kernel: fa4` where FA4 can run this engine's prefill attention, else one line saying why."""
+    if kernel.prefill_kernel != "fa4":
+        return
+    why = "needs Triton attention (kernel.attention_backend)" if not use_triton else \
+        fa4_unavailable(device, kv_dtype, kernel.qk_clip)
+    if why:
+        raise ConfigError(f"kernel.prefill_kernel: fa4 {why}")
+
+
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv: KVCacheManager, kernel: KernelConfig, kv_dtype: torch.dtype,
                  num_cpu_blocks: tuple[int, ...], device: torch.device, max_num_seqs: int,
@@ -78,6 +89,7 @@ class ModelRunner:
             kernel.attention_backend == "auto" and device.type == "cuda")
         if self.use_triton and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ConfigError("kernel.attention_backend: triton needs a CUDA device (or TRITON_INTERPRET=1 on CPU)")
+        _check_prefill_kernel(kernel, self.use_triton, device, kv_dtype)
         sizes = [t.block_size for t in kv.tiers]
         self.caches = allocate_caches(model.layout, sizes, [t.num_blocks for t in kv.tiers], kv_dtype, device)
         self.cpu_caches = allocate_caches(model.layout, sizes, num_cpu_blocks, kv_dtype, torch.device("cpu"),

@@ -45,10 +45,11 @@ from typing import NamedTuple
 import numpy as np
 
 FEATURES = ("const", "prefill_tokens", "prefill_attention", "decode_seqs", "decode_context")
-# Engine fields the model does not see: the kernels' path thresholds (one step time whatever their values) and
-# swap (a swapped block's copy costs nothing here, so swap would look free): a simulated study must not search them.
-UNMODELLED = frozenset({"kernel.flash_min_len", "kernel.split_kv_min_len", "scheduler.preemption_mode",
-                        "cache.swap_space"})
+# Engine fields the model does not see: the kernels' path thresholds and the prefill kernel (one step time whatever
+# their values) and swap (a swapped block's copy costs nothing here, so swap would look free): a simulated study
+# must not search them.
+UNMODELLED = frozenset({"kernel.flash_min_len", "kernel.split_kv_min_len", "kernel.prefill_kernel",
+                        "scheduler.preemption_mode", "cache.swap_space"})
 
 
 class StepShape(NamedTuple):

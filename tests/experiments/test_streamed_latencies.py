@@ -107,3 +107,14 @@ def test_pagetune_records_pair_up_in_the_arrivals_order() -> None:
     finished_first = [record("o1", 1.0, 1.5, 1.9, 5), record("o0", 0.0, 0.25, 2.25, 3), record("o2", 2.0, 2.5, 2.5, 1)]
     assert paired_rows(finished_first, ["o0", "o1", "o2"]) == [
         [0.25, 1.0], [0.5, pytest.approx(0.1)], [0.5, None]]
+
+
+def test_each_pagetune_variant_gets_its_own_ratio_to_vllm() -> None:
+    from experiments.bench_vs_vllm import ratios
+
+    def result(engine: str, tok_s: float) -> dict:
+        return {"engine": engine, "model": "qwen2-7b", "workloads": [{"name": "azure-code", "warm_tok_s": tok_s}]}
+
+    got = ratios([result("pagetune", 400.0), result("pagetune-fa4", 420.0), result("vllm", 400.0)])
+    assert got == ["azure-code on qwen2-7b: pagetune / vLLM warm 1.00x",
+                   "azure-code on qwen2-7b: pagetune-fa4 / vLLM warm 1.05x"]

@@ -96,6 +96,24 @@ def test_paged_prefill_bf16(block_size: int, group: int, clip: float | None, cac
     assert rel_error(out, paged_prefill_reference(*args, scale=128**-0.5, qk_clip=clip)) <= 1e-2
 
 
+@pytest.mark.parametrize("block_size", [16, 128])
+@pytest.mark.parametrize("group", [1, 7])
+def test_fa4_prefill_bf16(block_size: int, group: int) -> None:
+    """FlashAttention 4 (`kernel.prefill_kernel: fa4`) where it is installed and this GPU runs it."""
+    from kernels.fa4_prefill import fa4_paged_prefill, unavailable
+
+    why = unavailable(torch.device("cuda"), BF16, None)
+    if why:
+        pytest.skip(f"FA4 {why}")
+    q_lens, lens = [1, 37, 300, 1024, 129], [1, 100, 1000, 1024, 700]
+    kv = make_paged_kv(lens, block_size=block_size, num_kv_heads=4, head_dim=128, cache_dtype=BF16, device="cuda")
+    query = make_query(sum(q_lens), 4 * group, 128, BF16, device="cuda")
+    args = (query, kv.k_cache, kv.v_cache, kv.block_tables, query_start_loc(q_lens, "cuda"), kv.context_lens)
+    out = fa4_paged_prefill(*args, scale=128**-0.5, max_q=max(q_lens), max_k=max(lens))
+    assert not out.isnan().any()
+    assert rel_error(out, paged_prefill_reference(*args, scale=128**-0.5)) <= 1e-2
+
+
 @pytest.mark.parametrize("block_size", [64, 128])
 @pytest.mark.parametrize("tuning", [SHORT_TUNING, LONG_TUNING, PREFIXED_TUNING])
 @pytest.mark.parametrize("cache_dtype", [BF16, FP8])

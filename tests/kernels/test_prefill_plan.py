@@ -89,7 +89,7 @@ def test_the_plan_of_an_all_flash_batch_carries_the_tuning_of_all_its_chunks() -
     """1,024 tokens after 3,072 and 1,024 fresh: 2,048 tokens over 5,120 keys (the cached 3,072 as long as the
     chunks); the fresh chunk alone would be a fresh prompt."""
     plan = plan_prefill([0, 1024, 2048], [4096, 1024], 1, CPU)
-    assert plan == (True, None, None, PREFIXED_TUNING)
+    assert plan == (True, None, None, PREFIXED_TUNING, 1024, 4096)  # and the batch's longest chunk and context
     assert plan_prefill([0, 1024, 2048], [2048, 1024], 1, CPU).tuning is SHORT_TUNING  # 3,072 keys < 4,096
     assert plan_prefill([0, 8192], [8192], 1, CPU).tuning is LONG_TUNING
 

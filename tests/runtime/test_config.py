@@ -46,6 +46,7 @@ def test_last_tier_ends_at_max_model_len():
     ({"enable_prefix_caching": 1}, "cache.enable_prefix_caching: expected true or false, got 1"),
     ({"preemption_mode": "kill"}, "scheduler.preemption_mode: must be 'recompute' or 'swap', got 'kill'"),
     ({"kv_cache_dtype": "int4"}, "cache.kv_cache_dtype: must be one of"),
+    ({"prefill_kernel": "fa3"}, "kernel.prefill_kernel: must be triton or fa4, got 'fa3'"),
     ({"block_tiers": [{"max_len": 64, "block_size": 4, "share": 0.4}]}, "cache.block_tiers: shares must sum to 1"),
     ({"block_tiers": [{"max_len": 64, "block_size": 4}]}, "cache.block_tiers[0]: missing"),
 ])
@@ -58,3 +59,17 @@ def test_bad_values_name_the_key(knobs, message):
 def test_unknown_nested_key_suggests_the_right_one():
     with pytest.raises(ConfigError, match=r"unknown key 'scheduler.max_num_seq' \(did you mean 'max_num_seqs'\?\)"):
         EngineConfig.from_mapping({"scheduler": {"max_num_seq": 4}})
+
+
+def test_an_engine_refuses_the_fa4_prefill_kernel_where_it_cannot_run() -> None:
+    """On the CPU's torch attention FA4 has nothing to replace: the engine says so at start, in one line."""
+    from runtime import LLM
+
+    with pytest.raises(ConfigError, match=r"^kernel.prefill_kernel: fa4 needs Triton attention "
+                                          r"\(kernel.attention_backend\)$"):
+        LLM(model="tiny", prefill_kernel="fa4")
+
+
+def test_the_prefill_kernel_is_inert_under_torch_attention() -> None:
+    assert "kernel.prefill_kernel" in EngineConfig.from_flat("tiny").inert_fields("cpu")
+    assert "kernel.prefill_kernel" not in EngineConfig.from_flat("tiny").inert_fields("cuda")

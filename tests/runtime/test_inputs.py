@@ -46,7 +46,7 @@ def test_by_default_every_chunk_takes_the_flash_kernel_in_one_launch():
     kv = make_manager(block_size=4, num_blocks=16)
     assert KernelConfig().flash_min_len == 1
     plan = build_inputs(_step(kv), kv, KernelConfig(), True, torch.device("cpu")).meta.tiers[0].prefill.plan
-    assert plan == (True, None, None, SHORT_TUNING)  # 25 tokens over 28 keys: mostly fresh
+    assert plan == (True, None, None, SHORT_TUNING, 20, 20)  # 25 tokens over 28 keys: mostly fresh; longest 20, 20
 
 
 def test_the_plan_tunes_the_flash_launch_from_the_host_context_lengths():
@@ -59,4 +59,4 @@ def test_the_plan_tunes_the_flash_launch_from_the_host_context_lengths():
         assert kv.try_allocate(s.seq, s.start + s.num_new_tokens) is not None
     prefill = build_inputs(scheduled, kv, KernelConfig(), True, torch.device("cpu")).meta.tiers[0].prefill
     assert (prefill.query_start_loc.tolist(), prefill.context_lens.tolist()) == ([0, 9, 13], [29, 4])
-    assert prefill.plan == (True, None, None, PREFIXED_TUNING)
+    assert prefill.plan == (True, None, None, PREFIXED_TUNING, 9, 29)
