@@ -16,7 +16,6 @@ queries), K/V read through the block table from [num_blocks, block_size, Hkv, D]
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 import torch
@@ -32,13 +31,12 @@ ARCHS = (9, 10)  # compute capability majors FA4's forward runs on: Hopper and B
 def _varlen() -> Callable:
     """The installed `flash_attn.cute.flash_attn_varlen_func`; ImportError where it does not import."""
     try:
-        return importlib.import_module("flash_attn.cute").flash_attn_varlen_func
-    except ModuleNotFoundError as err:
-        if err.name is not None and err.name.split(".")[0] == "flash_attn":
+        from flash_attn.cute import flash_attn_varlen_func
+    except ImportError as err:  # why: a missing package says how to install it; one of the wrong build says why
+        if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == "flash_attn":
             raise ImportError(f"flash_attn.cute is not installed: {INSTALL}") from err
-        raise ImportError(f"flash_attn.cute does not import: {err}") from err
-    except (ImportError, AttributeError) as err:  # why: a package of the wrong build (its CUDA, torch) says why
         raise ImportError(f"flash_attn.cute does not import: {type(err).__name__}: {err}") from err
+    return flash_attn_varlen_func
 
 
 def unavailable(device: torch.device, cache_dtype: torch.dtype, qk_clip: float | None) -> str | None:
