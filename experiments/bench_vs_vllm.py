@@ -93,11 +93,15 @@ def latency_rows(stamps) -> list[list[float | None]]:
     return [[f - a, (e - f) / (n - 1) if n > 1 else None] for a, f, e, n in stamps]
 
 
+def split_latencies(per_request: list[list[float | None]]) -> tuple[list[float], list[float]]:
+    """`latency_rows` as the TTFT list and the TPOT list (requests of one token have none)."""
+    return [r[0] for r in per_request], [r[1] for r in per_request if r[1] is not None]
+
+
 def request_latencies(per_request: list[list[float | None]]) -> dict:
     """A replay's figures from its `latency_rows`: p50 / p99, the TTFT and TPOT lists (pooled over replays by
     `open_loops`), the five longest TTFTs and the rows themselves (kept, to pair the engines' requests)."""
-    ttft = [r[0] for r in per_request]
-    tpot = [r[1] for r in per_request if r[1] is not None]
+    ttft, tpot = split_latencies(per_request)
     return {**latency_figures(ttft, tpot), "ttft": ttft, "tpot": tpot, "ttft_top_s": sorted(ttft)[-5:],
             "per_request": per_request}
 
@@ -147,9 +151,9 @@ def streamed_latencies(rows: list[Streamed]) -> dict:
     engine = all(r.engine_first > 0.0 for r in rows)
     stamps = [(r.arrival, r.engine_first, r.engine_last, r.tokens) if engine else
               (r.arrival, r.client_first, r.client_end, r.tokens) for r in rows]
-    client = request_latencies(latency_rows((r.arrival, r.client_first, r.client_end, r.tokens) for r in rows))
+    client = split_latencies(latency_rows((r.arrival, r.client_first, r.client_end, r.tokens) for r in rows))
     return {**request_latencies(latency_rows(stamps)), "stamps": "engine" if engine else "client",
-            "client": latency_figures(client["ttft"], client["tpot"]),
+            "client": latency_figures(*client),
             "first_delta_merged": sum(r.first_delta_tokens > 1 for r in rows)}
 
 

@@ -116,7 +116,7 @@ case "${1:?model, all, tails, fa4, pages, azure-variants, wait, install, install
   fa4)  # FlashAttention 4 as the prefill kernel beside Triton's and vLLM (about 20 minutes; then `wait`)
     shift; install_engines && install_fa4 || exit 1
     fa="PYTHONPATH=/tmp/fa4site:$PYTHONPATH"
-    both="--out /tmp/bg-vs/bench --workloads azure-code,mixed $*"
+    both="--out \$JOB/../bench --workloads azure-code,mixed $*"  # one folder beside the jobs': one table pairs all three
     bash "$here/gpu_background.sh" start vs \
       "$fa timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py -k fa4 -rs" \
       "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 > \$JOB/fa4-pages128.md 2>&1" \

@@ -74,9 +74,8 @@ def fa4_paged_prefill(
     check_index("fa4_paged_prefill", "context_lens", context_lens, (batch,), torch.int32, device)
     if query.dtype != k_cache.dtype:
         raise ValueError(f"fa4_paged_prefill: query {query.dtype} and cache {k_cache.dtype} must share a dtype")
+    target = None if out is None else output_for("fa4_paged_prefill", query, out)
     result, _ = _varlen()(query, k_cache, v_cache, cu_seqlens_q=query_start_loc, seqused_k=context_lens,
                        page_table=block_tables, max_seqlen_q=max_q, max_seqlen_k=max_k, softmax_scale=scale,
                        causal=True)
-    if out is None:
-        return result
-    return output_for("fa4_paged_prefill", query, out).copy_(result)
+    return result if target is None else target.copy_(result)

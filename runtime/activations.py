@@ -29,8 +29,7 @@ def profile_activation_bytes(model: LlamaForCausalLM, num_tokens: int, num_seqs:
     ctx = torch.tensor(lens, dtype=torch.int32, device=device)
     rows = slice(0, num_tokens)
     tier = TierBatch(0, rows, slots, None, PrefillBatch(rows, tables, qsl, ctx))
-    meta = AttentionMetadata((tier,), use_triton, kernel.qk_clip, kernel.flash_min_len, kernel.split_kv_min_len,
-                             kernel.prefill_kernel)
+    meta = AttentionMetadata.of((tier,), use_triton, kernel)
     ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
     positions = torch.cat([torch.arange(n, device=device) for n in lens])
     torch.cuda.synchronize(device)

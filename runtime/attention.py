@@ -15,6 +15,7 @@ import torch
 
 from kernels import decode_attention, prefill_attention, write_kv
 from kernels.prefill_plan import PrefillPlan
+from runtime.config import KernelConfig
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,12 @@ class AttentionMetadata:
     flash_min_len: int
     split_kv_min_len: int
     prefill_kernel: str = "triton"  # the flash path's kernel (`kernel.prefill_kernel`)
+
+    @classmethod
+    def of(cls, tiers: tuple[TierBatch, ...], use_triton: bool, kernel: KernelConfig) -> AttentionMetadata:
+        """A step's metadata: its tiers, and the kernel settings every attention call of it reads."""
+        return cls(tiers, use_triton, kernel.qk_clip, kernel.flash_min_len, kernel.split_kv_min_len,
+                   kernel.prefill_kernel)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float,

@@ -51,8 +51,7 @@ class DecodeGraphs:
         rows = slice(0, b)
         decode = DecodeBatch(rows, self.tables[:b], self.context[:b], self.max_context)
         tier = TierBatch(0, rows, self.slots[:b], decode, None)
-        k = self.kernel
-        return AttentionMetadata((tier,), True, k.qk_clip, k.flash_min_len, k.split_kv_min_len, k.prefill_kernel)
+        return AttentionMetadata.of((tier,), True, self.kernel)
 
     def _forward(self, b: int) -> torch.Tensor:
         return self.model(self.ids[:b], self.positions[:b], self._meta(b), self.caches)

@@ -100,8 +100,7 @@ def build_inputs(scheduled: tuple[ScheduledSeq, ...], kv: KVCacheManager, kernel
         tiers.append(TierBatch(tier, slice(start, len(ids)), slot_mapping, parts.get(True), parts.get(False)))
     rows = _sample_rows(scheduled)
     pad = padded_tokens(len(ids), kernel.pad_multiple) - len(ids)  # GEMM-friendly token count; pad rows are in no tier
-    meta = AttentionMetadata(tuple(tiers), use_triton, kernel.qk_clip, kernel.flash_min_len, kernel.split_kv_min_len,
-                             kernel.prefill_kernel)
+    meta = AttentionMetadata.of(tuple(tiers), use_triton, kernel)
     return StepInputs(
         input_ids=_tensor(ids + [0] * pad, np.int64, device, non_blocking),
         positions=_tensor(pos + [0] * pad, np.int64, device, non_blocking),
