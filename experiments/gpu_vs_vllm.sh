@@ -19,11 +19,12 @@
 #   bash experiments/gpu_vs_vllm.sh tails --open-repeats 2          # the TPOT tail's evidence (issue 28): torch's cuDNN
 #       and flash SDPA against the prefill kernel (bench_prefill_sdpa), a profile of azure-code's chunk steps on
 #       128-token pages (profile_workload), then `all` on 128-token pages, its notes pairing the engines' requests
-#   bash experiments/gpu_vs_vllm.sh fa4 --open-repeats 4             # FlashAttention 4 as the prefill kernel (issue
+#   bash experiments/gpu_vs_vllm.sh fa4 --open-repeats 2             # FlashAttention 4 as the prefill kernel (issue
 #       28; its two parts first: experiments/fa4_wheelhouse.sh, copied to /tmp/fa4partK): its GPU tests, its kernel
-#       against Triton's (bench_prefill_sdpa --paths fa4, 128- and 16-token pages), then azure-code and mixed on
-#       128-token pages: pagetune with Triton's prefill and vLLM in one run, pagetune with FA4's in the next, every
-#       result in one folder (bench/) so the table pairs all three (about 20 minutes; then `wait`).
+#       against Triton's (bench_prefill_sdpa --paths fa4, 128-token pages), then azure-code and mixed on 128-token
+#       pages: pagetune with Triton's prefill, pagetune with FA4's, vLLM, each a run of its own, every result in one
+#       folder (bench/) so the table pairs all three; last, the kernels on 16-token pages (about 20 minutes with
+#       --open-repeats 2; then `wait`).
 #       ENGINES=pagetune: without vLLM (no vLLM parts), about 10 minutes
 #   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh pages          # page sizes 16 / 128 / 64 end to end, every
 #       workload, and the GPU kernel tests, in one background run (about 15 minutes without vLLM; then `wait`)
@@ -117,12 +118,16 @@ case "${1:?model, all, tails, fa4, pages, azure-variants, wait, install, install
     shift; install_engines && install_fa4 || exit 1
     fa="PYTHONPATH=/tmp/fa4site:$PYTHONPATH"
     both="--out \$JOB/../bench --workloads azure-code,mixed $*"  # one folder beside the jobs': one table pairs all three
-    bash "$here/gpu_background.sh" start vs \
-      "$fa timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py -k fa4 -rs" \
-      "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 > \$JOB/fa4-pages128.md 2>&1" \
-      "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 --block-size 16 > \$JOB/fa4-pages16.md 2>&1" \
-      "$bench $both --engines $engines --knobs '{\"block_size\": 128}'" \
-      "$fa $bench $both --engines pagetune --tag fa4 --knobs '{\"block_size\": 128, \"prefill_kernel\": \"fa4\"}'" ;;
+    pages="{\"block_size\": 128"
+    # pagetune's two prefill kernels first, vLLM after them: a run cut short by the device's budget keeps the pair
+    # measured on one machine
+    jobs=("$fa timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py -k fa4 -rs"
+          "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 > \$JOB/fa4-pages128.md 2>&1"
+          "$bench $both --engines pagetune --knobs '$pages}'"
+          "$fa $bench $both --engines pagetune --tag fa4 --knobs '$pages, \"prefill_kernel\": \"fa4\"}'")
+    [ "$engines" = pagetune ] || jobs+=("$bench $both --engines vllm")
+    jobs+=("$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 --block-size 16 > \$JOB/fa4-pages16.md 2>&1")
+    bash "$here/gpu_background.sh" start vs "${jobs[@]}" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
     model=$1; workloads=${2:?workloads}; shift 2
