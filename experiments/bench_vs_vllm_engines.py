@@ -112,7 +112,7 @@ class StepEvents:
 
 class PagetuneSide:
     def __init__(self, model: str, knobs: dict[str, Any]) -> None:
-        from runtime import EngineConfig, LLMEngine
+        from runtime import EngineConfig, LLMEngine, freeze_startup_heap
         from runtime.warmup import warm_up
         from tuner.measure.replay import ReplayClock
 
@@ -122,6 +122,7 @@ class PagetuneSide:
         warm_up(self.engine)
         torch.cuda.synchronize()
         self.start_s = time.perf_counter() - t0
+        freeze_startup_heap()  # as the server's engine process does (and vLLM's engine core): one engine a process
         self.vocab = self.engine.vocab_size
         self.events = StepEvents(self.engine.runner)
 

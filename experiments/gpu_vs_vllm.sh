@@ -59,9 +59,11 @@ install() {
 install_fa4() {  # FlashAttention 4 into a folder of its own: /tmp/fa4site (fa4_wheelhouse.sh says why)
   if [ ! -d /tmp/fa4site/flash_attn ]; then
     mkdir -p /tmp/fa4whl && cat /tmp/fa4part[0-9] | tar -x -C /tmp/fa4whl || return 1
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fa4site /tmp/fa4whl/*.whl 2>&1 | tail -3
+    # each wheel unpacked as it is (none places files elsewhere); nvidia-cutlass-dsl's .pth, which puts
+    # nvidia_cutlass_dsl/dsl_packages (the cutlass package) on the path, is not read from PYTHONPATH: $fa names it
+    for w in /tmp/fa4whl/*.whl; do python3 -m zipfile -e "$w" /tmp/fa4site || return 1; done
   fi
-  PYTHONPATH=/tmp/fa4site:$PYTHONPATH python3 -c "import flash_attn.cute, cutlass; print('flash_attn.cute', cutlass.__version__)"
+  PYTHONPATH=/tmp/fa4site:/tmp/fa4site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH python3 -c "import flash_attn.cute, cutlass; print('flash_attn.cute', cutlass.__version__)"
 }
 
 install_mini() {  # the replay's imports alone, where vLLM does not run
@@ -116,7 +118,7 @@ case "${1:?model, all, tails, fa4, pages, azure-variants, wait, install, install
       "$bench --out \$JOB $* --knobs '{\"block_size\": 128}'" ;;
   fa4)  # FlashAttention 4 as the prefill kernel beside Triton's and vLLM (about 20 minutes; then `wait`)
     shift; install_engines && install_fa4 || exit 1
-    fa="PYTHONPATH=/tmp/fa4site:$PYTHONPATH"
+    fa="PYTHONPATH=/tmp/fa4site:/tmp/fa4site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
     both="--out \$JOB/../bench --workloads azure-code,mixed $*"  # one folder beside the jobs': one table pairs all three
     pages="{\"block_size\": 128"
     # pagetune's two prefill kernels first, vLLM after them: a run cut short by the device's budget keeps the pair

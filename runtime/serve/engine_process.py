@@ -167,6 +167,7 @@ class EngineProcess:
 def _child_main(config: EngineConfig, commands: Connection, outputs: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides
     from runtime.engine import LLMEngine
+    from runtime.heap import freeze_startup_heap
     from runtime.warmup import warm_up
 
     try:
@@ -175,6 +176,7 @@ def _child_main(config: EngineConfig, commands: Connection, outputs: Connection)
         if engine.runner_on_gpu:
             warm_up(engine)  # before the server reports ready: the first requests compile nothing
         core = EngineCore(engine)
+        freeze_startup_heap()  # this process serves this engine until it exits: no collection walks its heap
     except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included
         outputs.send(_StartupFailed(str(e), config_error=True))
         return

@@ -16,7 +16,16 @@ from typing import Protocol
 
 import torch
 
-from runtime import ConfigError, LLMEngine, StepLog, WeightCache, load_tokenizer, peak_memory_gb, reset_peak_memory
+from runtime import (
+    ConfigError,
+    LLMEngine,
+    StepLog,
+    WeightCache,
+    frozen_heap,
+    load_tokenizer,
+    peak_memory_gb,
+    reset_peak_memory,
+)
 from tuner.executors.quality import ProbeSet, compare, run_probe
 from tuner.measure.job import Probe, QualityResult, TrialJob, TrialOutcome, TrialStatus
 from tuner.measure.outcome import describe_failure, measured_outcome, short_error
@@ -61,8 +70,10 @@ def run_trial(job: TrialJob, requests: Sequence[TrafficRequest], state: WorkerSt
         engine = LLMEngine(job.config.synchronous() if job.step_log else job.config, clock=clock, model=model)
         setup_s = time.perf_counter() - start
         log = StepLog(engine) if job.step_log else None
-        measurement, stopped_at = measure_window(engine_replay(engine, clock), requests, job.plan, channel.progress,
-                                                 lambda: peak_memory_gb(job.config), channel.checkpoint)
+        with frozen_heap():  # no collection walks the weights' and engine's objects while the window replays
+            measurement, stopped_at = measure_window(engine_replay(engine, clock), requests, job.plan,
+                                                     channel.progress, lambda: peak_memory_gb(job.config),
+                                                     channel.checkpoint)
         outcome = measured_outcome(measurement, stopped_at, quality, setup_s, reused)
         return outcome if log is None else replace(outcome, steps=tuple(log.rows))
     except ConfigError as e:  # InsufficientMemoryError and ModelLoadError included: the config cannot start
