@@ -171,6 +171,8 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="a suffix for this run's result file (variants of one engine)")
     ap.add_argument("--open-repeats", type=int, default=1,
                     help="open-loop replays per workload (other arrivals and token ids each); p50/p99 pooled; 0: none")
+    ap.add_argument("--thawed-heap", action="store_true",
+                    help="pagetune's startup heap left to the collector (by default frozen once warm, as served)")
     ap.add_argument("--table", action="store_true", help="print the table of the results in --out; run nothing")
     args = ap.parse_args()
     if args.table:
@@ -222,7 +224,7 @@ def table(out: Path) -> str:
                 f"{_spread(o, 'tpot_p99_s', 1e3, '.1f')} | "
                 f"{_share(g, 'step_share', '.0%')} | {_share(g, 'time_share', '.0%')} | "
                 f"{_share(g, 'idle_share', '.1%')} |")
-    return "\n".join(rows + ratios(results) + client_notes(results) + paired_notes(results))
+    return "\n".join(rows + ratios(results) + client_notes(results) + gc_notes(results) + paired_notes(results))
 
 
 def ratios(results: list[dict]) -> list[str]:
@@ -248,6 +250,19 @@ def client_notes(results: list[dict]) -> list[str]:
                 + ", ".join(f"{x['ttft_p99_s']:.3f}" for x in c) + " s, TPOT p99 "
                 + ", ".join(f"{1e3 * x['tpot_p99_s']:.1f}" for x in c) + " ms; first deltas merged "
                 + ", ".join(str(x["first_delta_merged"]) for x in replays))
+    return notes
+
+
+def gc_notes(results: list[dict]) -> list[str]:
+    """Per pagetune open loop, the collections Python ran during each replay: a full one pauses every step."""
+    notes = []
+    for r in results:
+        for w in r["workloads"]:
+            runs = [x["gc"] for x in w.get("open", {}).get("replays", []) if "gc" in x]
+            if runs:
+                notes.append(f"{w['name']} on {r['engine']}: collections per replay "
+                             + ", ".join(f"{x['collections']} ({x['full']} full)" for x in runs) + ", the longest "
+                             + ", ".join(f"{x['longest_ms']:.1f}" for x in runs) + " ms")
     return notes
 
 

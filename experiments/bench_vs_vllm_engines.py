@@ -28,12 +28,13 @@ from experiments.bench_vs_vllm import (
     workload,
 )
 from kernels.compile_log import CompileLog
+from runtime import CollectorPauses
 from runtime.model.presets import preset_config
 
 
 def run_child(args) -> None:
     knobs = json.loads(args.knobs)
-    side = PagetuneSide(args.model, knobs) if args.child == "pagetune" else VllmSide(args.model)
+    side = PagetuneSide(args.model, knobs, args.thawed_heap) if args.child == "pagetune" else VllmSide(args.model)
     result: dict[str, Any] = {"engine": args.child + (f"-{args.tag}" if args.tag else ""), "model": args.model,
                               "knobs": knobs, "start_s": side.start_s, "versions": side.versions(),
                               "gpu": torch.cuda.get_device_name(0), "host": platform.node(), "workloads": []}
@@ -111,7 +112,7 @@ class StepEvents:
 
 
 class PagetuneSide:
-    def __init__(self, model: str, knobs: dict[str, Any]) -> None:
+    def __init__(self, model: str, knobs: dict[str, Any], thawed_heap: bool = False) -> None:
         from runtime import EngineConfig, LLMEngine, freeze_startup_heap
         from runtime.warmup import warm_up
         from tuner.measure.replay import ReplayClock
@@ -122,7 +123,8 @@ class PagetuneSide:
         warm_up(self.engine)
         torch.cuda.synchronize()
         self.start_s = time.perf_counter() - t0
-        freeze_startup_heap()  # as the server's engine process does (and vLLM's engine core): one engine a process
+        if not thawed_heap:  # as the server's engine process does (and vLLM's engine core): one engine a process
+            freeze_startup_heap()
         self.vocab = self.engine.vocab_size
         self.events = StepEvents(self.engine.runner)
 
@@ -143,22 +145,23 @@ class PagetuneSide:
         torch.cuda.synchronize()
         t = time.perf_counter()
         done = 0
-        with CompileLog() as log:
+        with CompileLog() as log, CollectorPauses() as pauses:
             while engine.has_unfinished_requests():
                 done += sum(len(o.outputs[0].token_ids) for o in engine.step() if o.finished)
         wall = time.perf_counter() - t
         assert done == sum(outs), f"generated {done} tokens, expected {sum(outs)}"
-        return {"wall_s": wall, "graphs": self.events.summary(), "compiles": log.summary()}
+        return {"wall_s": wall, "graphs": self.events.summary(), "compiles": log.summary(), "gc": pauses.summary()}
 
     def open_loop(self, ps: list[list[int]], outs: list[int], at: list[float]) -> dict[str, Any]:
         from tuner.measure.replay import replay
 
         reqs = bench_requests(ps, outs, at)
         self.events.summary()
-        with CompileLog() as log:
+        with CompileLog() as log, CollectorPauses() as pauses:
             result = replay(self.engine, self.clock, reqs)
         return {**request_latencies(paired_rows(result.records, [q.request_id for q in reqs])),
-                "skipped_idle_s": self.clock.skipped_s, "graphs": self.events.summary(), "compiles": log.summary()}
+                "skipped_idle_s": self.clock.skipped_s, "graphs": self.events.summary(), "compiles": log.summary(),
+                "gc": pauses.summary()}
 
     def close(self) -> None:
         del self.engine

@@ -28,6 +28,10 @@
 #       ENGINES=pagetune: without vLLM (no vLLM parts), about 10 minutes
 #   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh pages          # page sizes 16 / 128 / 64 end to end, every
 #       workload, and the GPU kernel tests, in one background run (about 15 minutes without vLLM; then `wait`)
+#   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh heap --open-repeats 3   # the open-loop stalls' cause: pagetune
+#       with its startup heap frozen (the default) and with --thawed-heap, azure-code and mixed on 128-token pages,
+#       each replay's collections in its JSON (`gc`) and the table's notes (about 8 minutes; with vLLM after them
+#       when ENGINES is left out; then `wait`)
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
 #   bash experiments/gpu_vs_vllm.sh install                         # vLLM alone (for gpu_background.sh)
 #   bash experiments/gpu_vs_vllm.sh install-mini | old-tree         # the replay's imports; /tmp/oldtree (below)
@@ -85,7 +89,7 @@ bench="python3 -m experiments.bench_vs_vllm --trace $trace"
 azure="$bench --model qwen2-7b --workloads azure-code --open-repeats 2"
 p128="--tag pages128 --knobs '{\"block_size\": 128}'"
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
-case "${1:?model, all, tails, fa4, pages, azure-variants, wait, install, install-fa4, install-mini or old-tree}" in
+case "${1:?model, all, tails, fa4, heap, pages, azure-variants, wait, install, install-fa4, install-mini or old-tree}" in
   install) install ;;
   install-fa4) install_fa4 ;;
   install-mini) install_mini ;;
@@ -129,6 +133,12 @@ case "${1:?model, all, tails, fa4, pages, azure-variants, wait, install, install
           "$fa $bench $both --engines pagetune --tag fa4 --knobs '$pages, \"prefill_kernel\": \"fa4\"}'")
     [ "$engines" = pagetune ] || jobs+=("$bench $both --engines vllm")
     jobs+=("$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 --block-size 16 > \$JOB/fa4-pages16.md 2>&1")
+    bash "$here/gpu_background.sh" start vs "${jobs[@]}" ;;
+  heap)  # the startup heap frozen (the default) and left to the collector, azure-code and mixed on 128-token pages
+    shift; install_engines || exit 1
+    both="$bench --out \$JOB/../bench --workloads azure-code,mixed --engines pagetune --knobs '{\"block_size\": 128}' $*"
+    jobs=("$both" "$both --thawed-heap --tag thawed")
+    [ "$engines" = pagetune ] || jobs+=("$bench --out \$JOB/../bench --workloads azure-code,mixed --engines vllm $*")
     bash "$here/gpu_background.sh" start vs "${jobs[@]}" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)

@@ -19,7 +19,7 @@ loads on first use (PEP 562), and an engine on a model imports torch when it is 
                  LLMEngine, SamplingParams, RequestOutputKind, RequestOutput, CompletionOutput,
                  RequestMetrics, StepStats, StepTotals                     the engine and its outputs
                  InsufficientMemoryError                                    the KV pool cannot hold a request
-                 freeze_startup_heap, frozen_heap                          the startup heap out of the collector
+                 freeze_startup_heap, frozen_heap, CollectorPauses         the startup heap unwalked; collection pauses
     with torch   LLM                                                        the offline API on a model
                  WeightCache                                                weights kept across engines
                  DeviceInfo, describe_device, peak_memory_gb, reset_peak_memory
@@ -33,7 +33,7 @@ from typing import Any
 
 from runtime.config import NUMERICS_NEUTRAL, BlockTier, ConfigError, EngineConfig
 from runtime.engine import LLMEngine
-from runtime.heap import freeze_startup_heap, frozen_heap
+from runtime.heap import CollectorPauses, freeze_startup_heap, frozen_heap
 from runtime.limits import EngineLimits, check_tensor_parallel, engine_limits
 from runtime.memory import InsufficientMemoryError
 from runtime.model.info import ModelInfo, ModelLoadError, model_info
@@ -69,7 +69,7 @@ __all__ = ["NUMERICS_NEUTRAL", "BlockTier", "ConfigError", "EngineConfig", "Engi
            "HostModel", "Refit", "ModelLoadError", "SIM_UNMODELLED", "StepLog", "StepRow", "StepSample", "StepShaper",
            "StepTimeModel", "VirtualClock", "build_config", "check_tensor_parallel", "engine_limits", "fit",
            "fit_error", "has_tokenizer", "load_profile", "model_info", "refit_profile", "save_profile", "sim_engine",
-           "sim_memory", "LLMEngine", "freeze_startup_heap", "frozen_heap",
+           "sim_memory", "LLMEngine", "CollectorPauses", "freeze_startup_heap", "frozen_heap",
            "SamplingParams", "RequestOutputKind",
            "RequestOutput", "CompletionOutput", "RequestMetrics", "StepStats", "StepTotals", "InsufficientMemoryError",
            *_LAZY]

@@ -11,15 +11,18 @@ vLLM freezes its engine's startup heap after its warm-up for the same reason.
     frozen_heap()           for one engine's life in a process that builds many (the tuner's worker, one per
                             trial): the heap is unfrozen when the block ends, so an engine dropped after it is
                             collected as usual (a frozen reference cycle is never freed, nor its GPU memory)
+    CollectorPauses         the collections that ran while a block ran, each one's generation and duration
 """
 
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["freeze_startup_heap", "frozen_heap"]
+__all__ = ["CollectorPauses", "freeze_startup_heap", "frozen_heap"]
 
 
 def freeze_startup_heap() -> int:
@@ -41,3 +44,31 @@ def frozen_heap() -> Iterator[int]:
         yield count
     finally:
         gc.unfreeze()
+
+
+class CollectorPauses:
+    """`with CollectorPauses() as pauses:` records every collection that runs inside the block, its generation and
+    its duration (`gc.callbacks`); `summary()` gives their count, the oldest generation's count, the longest and
+    the total in ms."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def __enter__(self) -> CollectorPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, float]:
+        times = [1e3 * s for _, s in self.pauses]
+        return {"collections": len(times), "full": sum(g == 2 for g, _ in self.pauses),
+                "longest_ms": max(times, default=0.0), "total_ms": sum(times)}

@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from runtime import LLMEngine, frozen_heap
+from runtime import CollectorPauses, LLMEngine, frozen_heap
 from runtime.config import EngineConfig
 
 
@@ -64,3 +64,20 @@ def test_a_cycle_dropped_after_the_block_is_collected():
     del a, b
     gc.collect()
     assert [r() for r in refs] == [None, None]  # b, frozen by the block, was thawed with it
+
+
+def test_collector_pauses_records_each_collection_and_its_generation():
+    callbacks = list(gc.callbacks)
+    with CollectorPauses() as pauses:
+        gc.collect()
+        gc.collect(0)
+    assert gc.callbacks == callbacks  # removed on exit
+    assert [g for g, _ in pauses.pauses] == [2, 0]
+    summary = pauses.summary()
+    assert (summary["collections"], summary["full"]) == (2, 1)
+    assert summary["longest_ms"] == max(1e3 * s for _, s in pauses.pauses)
+    assert summary["total_ms"] == sum(1e3 * s for _, s in pauses.pauses)
+
+
+def test_collector_pauses_of_a_block_without_collections():
+    assert CollectorPauses().summary() == {"collections": 0, "full": 0, "longest_ms": 0.0, "total_ms": 0.0}
