@@ -5,10 +5,11 @@
 #   bash experiments/fa4_wheelhouse.sh .fa4        # DEST/p0/part0, DEST/p1/part1: one tar of every wheel, split
 #
 # About 100 MB: nvidia-cutlass-dsl's CUDA 13 libraries (92 MB, the image's torch is cu130), its Python package
-# (`cutlass`, in nvidia-cutlass-dsl-libs-core; cuda-bindings is the image's) and FA4 with what it imports. Carry DEST/pK and copy DEST/pK/partK to /tmp/fa4partK in two back-to-back calls (move the large
-# tracked folder aside first, as for vLLM's parts: experiments/gpu_vs_vllm.sh); `gpu_vs_vllm.sh install-fa4`
-# joins them and installs into /tmp/fa4site, a folder of its own: FA4 wants apache-tvm-ffi >= 0.1.11 where
-# vLLM 0.26.0 pins 0.1.10, so only pagetune's processes put it on their path.
+# (`cutlass`, in nvidia-cutlass-dsl-libs-core; cuda-bindings is the image's) and FA4 with what it imports. Carry
+# DEST/pK and copy DEST/pK/partK to /tmp/fa4partK in two back-to-back calls (move the large tracked folder aside
+# first, as for vLLM's parts: experiments/gpu_vs_vllm.sh); `gpu_vs_vllm.sh install-fa4` joins them and installs into
+# /tmp/fa4site, a folder of its own: FA4 wants apache-tvm-ffi >= 0.1.11 where vLLM 0.26.0 pins 0.1.10, so only
+# pagetune's processes put it on their path.
 set -euo pipefail
 dest=${1:?usage: fa4_wheelhouse.sh DEST}
 mkdir -p "$dest/whl"

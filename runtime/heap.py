@@ -1,7 +1,7 @@
 """The startup heap kept out of Python's garbage collector while an engine serves.
 
 An engine process holds a few hundred thousand objects that live as long as it does (torch, the model's modules,
-the tuner's and server's imports). Python's oldest-generation collection walks all of them: 170-190 ms on the
+the tuner's and server's imports). Python's oldest-generation collection walks all of them: about 190 ms on the
 2-core CPU machine with the tiny preset and the replay's imports loaded (experiments/RESULTS.md, "A full
 collection's pause"), a pause in which no step is launched, so every request in flight waits for it. Frozen
 (`gc.freeze`), they are skipped by every later collection; objects made afterwards are collected as before.
