@@ -12,16 +12,16 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import time
 
 
 def pauses(repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        gc.collect()
-        out.append(1e3 * (time.perf_counter() - t))
-    return out
+    """ms of each of `repeats` full collections, as `runtime.CollectorPauses` records them."""
+    from runtime import CollectorPauses
+
+    with CollectorPauses() as recorded:
+        for _ in range(repeats):
+            gc.collect()
+    return [1e3 * seconds for _, seconds in recorded.pauses]
 
 
 def main() -> None:

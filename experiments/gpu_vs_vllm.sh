@@ -88,6 +88,7 @@ trace=$PWD/.traces/azure_llm_2023_code.csv
 bench="python3 -m experiments.bench_vs_vllm --trace $trace"
 azure="$bench --model qwen2-7b --workloads azure-code --open-repeats 2"
 p128="--tag pages128 --knobs '{\"block_size\": 128}'"
+k128='{"block_size": 128}' k128fa4='{"block_size": 128, "prefill_kernel": "fa4"}'  # pagetune's knobs, JSON
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
 case "${1:?model, all, tails, fa4, heap, pages, azure-variants, wait, install, install-fa4, install-mini or old-tree}" in
   install) install ;;
@@ -124,19 +125,18 @@ case "${1:?model, all, tails, fa4, heap, pages, azure-variants, wait, install, i
     shift; install_engines && install_fa4 || exit 1
     fa="PYTHONPATH=/tmp/fa4site:/tmp/fa4site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
     both="--out \$JOB/../bench --workloads azure-code,mixed $*"  # one folder beside the jobs': one table pairs all three
-    pages="{\"block_size\": 128"
     # pagetune's two prefill kernels first, vLLM after them: a run cut short by the device's budget keeps the pair
     # measured on one machine
     jobs=("$fa timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py -k fa4 -rs"
           "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 > \$JOB/fa4-pages128.md 2>&1"
-          "$bench $both --engines pagetune --knobs '$pages}'"
-          "$fa $bench $both --engines pagetune --tag fa4 --knobs '$pages, \"prefill_kernel\": \"fa4\"}'")
+          "$bench $both --engines pagetune --knobs '$k128'"
+          "$fa $bench $both --engines pagetune --tag fa4 --knobs '$k128fa4'")
     [ "$engines" = pagetune ] || jobs+=("$bench $both --engines vllm")
     jobs+=("$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 --block-size 16 > \$JOB/fa4-pages16.md 2>&1")
     bash "$here/gpu_background.sh" start vs "${jobs[@]}" ;;
   heap)  # the startup heap frozen (the default) and left to the collector, azure-code and mixed on 128-token pages
     shift; install_engines || exit 1
-    both="$bench --out \$JOB/../bench --workloads azure-code,mixed --engines pagetune --knobs '{\"block_size\": 128}' $*"
+    both="$bench --out \$JOB/../bench --workloads azure-code,mixed --engines pagetune --knobs '$k128' $*"
     jobs=("$both" "$both --thawed-heap --tag thawed")
     [ "$engines" = pagetune ] || jobs+=("$bench --out \$JOB/../bench --workloads azure-code,mixed --engines vllm $*")
     bash "$here/gpu_background.sh" start vs "${jobs[@]}" ;;
