@@ -25,7 +25,8 @@
 #       pages: pagetune with Triton's prefill, pagetune with FA4's, vLLM, each a run of its own, every result in one
 #       folder (bench/) so the table pairs all three; last, the kernels on 16-token pages (about 20 minutes with
 #       --open-repeats 2; then `wait`).
-#       ENGINES=pagetune: without vLLM (no vLLM parts), about 10 minutes
+#       ENGINES=pagetune: without vLLM (no vLLM parts), about 10 minutes. FA4_KERNELS=0: the end-to-end runs alone
+#       (no tests, no kernel benches; about 14 minutes with vLLM and --open-repeats 3)
 #   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh pages          # page sizes 16 / 128 / 64 end to end, every
 #       workload, and the GPU kernel tests, in one background run (about 15 minutes without vLLM; then `wait`)
 #   ENGINES=pagetune bash experiments/gpu_vs_vllm.sh heap --open-repeats 3   # the open-loop stalls' cause: pagetune
@@ -127,12 +128,15 @@ case "${1:?model, all, tails, fa4, heap, pages, azure-variants, wait, install, i
     both="--out \$JOB/../bench --workloads azure-code,mixed $*"  # one folder beside the jobs': one table pairs all three
     # pagetune's two prefill kernels first, vLLM after them: a run cut short by the device's budget keeps the pair
     # measured on one machine
-    jobs=("$fa timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py -k fa4 -rs"
-          "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 > \$JOB/fa4-pages128.md 2>&1"
-          "$bench $both --engines pagetune --knobs '$k128'"
-          "$fa $bench $both --engines pagetune --tag fa4 --knobs '$k128fa4'")
+    jobs=()
+    [ "${FA4_KERNELS:-1}" = 0 ] || jobs+=(
+          "$fa timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kernel_gpu.py -k fa4 -rs"
+          "$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 > \$JOB/fa4-pages128.md 2>&1")
+    jobs+=("$bench $both --engines pagetune --knobs '$k128'"
+           "$fa $bench $both --engines pagetune --tag fa4 --knobs '$k128fa4'")
     [ "$engines" = pagetune ] || jobs+=("$bench $both --engines vllm")
-    jobs+=("$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 --block-size 16 > \$JOB/fa4-pages16.md 2>&1")
+    [ "${FA4_KERNELS:-1}" = 0 ] ||
+      jobs+=("$fa python3 -m experiments.bench_prefill_sdpa --paths fa4 --block-size 16 > \$JOB/fa4-pages16.md 2>&1")
     bash "$here/gpu_background.sh" start vs "${jobs[@]}" ;;
   heap)  # the startup heap frozen (the default) and left to the collector, azure-code and mixed on 128-token pages
     shift; install_engines || exit 1

@@ -9,8 +9,9 @@ from typing import NamedTuple
 
 from tuner.config import Measuring
 from tuner.measure.job import MeasurePlan
+from tuner.measure.measure import highest_scale
 
-__all__ = ["Rates", "dither", "plan_for"]
+__all__ = ["Rates", "dither", "plan_for", "top_start"]
 
 
 class Rates(NamedTuple):
@@ -40,3 +41,12 @@ def dither(measuring: Measuring, key: str) -> float:
     one point would land on one grid and repeat each other's values (a zero spread the interval would believe)."""
     u = random.Random(f"{measuring.tuner.seed}/{key}").uniform(-1.0, 1.0)
     return (1.0 + measuring.tuner.capacity_tol) ** u
+
+
+def top_start(measuring: Measuring, span_s: float, key: str) -> float:
+    """Where a capacity search that may not start from another figure (a simulated one) begins: just below the
+    fastest rate the window can show (`highest_scale`), dithered downwards. A probe above the capacity stops at
+    its first decisive miss, so bracketing down from there costs seconds of replay, where doubling up from the
+    window's own rate replays the whole window once at its recorded pace."""
+    top = highest_scale(span_s, measuring.min_window_s)
+    return top * dither(measuring, key) / (1.0 + measuring.tuner.capacity_tol)

@@ -1,12 +1,12 @@
 """`tuner.fidelity=sim+real`: the simulated figures beside the measured ones, and the profile refitted.
 
-The search ran on the simulator; the finalists and the baseline were then measured on the real runtime,
-their searches started at each window's own rate, never at the simulated value. Accuracy is quoted out of
-sample first: the pick and the baseline simulated on the held-out window, which no trial replayed, beside
-their measured proof medians. Then, labelled in sample, each candidate's simulated search value beside its
-measured selection median (the simulation chose these configs on that window). The real engine's timed
-steps refit the GPU profile (`runtime.refit_profile`), written beside best.yaml as `profile-refit.json`:
-its error before the refit is out of sample, after it in sample.
+The search ran on the simulator; the finalists and the baseline were then measured on the real runtime, their
+searches started below the fastest rate each window can show, never at the simulated value. Accuracy is quoted
+out of sample first: the pick and the baseline simulated on the held-out window, which no trial replayed,
+beside their measured proof medians. Then, labelled in sample, each candidate's simulated search value beside
+its measured selection median (the simulation chose these configs on that window). The real engine's timed
+steps refit the GPU profile (`runtime.refit_profile`), written beside best.yaml as `profile-refit.json`: its
+error before the refit is out of sample, after it in sample.
 """
 
 from __future__ import annotations

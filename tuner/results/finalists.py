@@ -24,7 +24,7 @@ from tuner.config import Measuring, ObjectiveName, TunerConfig
 from tuner.executors.base import Executor
 from tuner.executors.parallel import measurement_workers, parallel_map
 from tuner.measure.job import Probe, TrialJob, TrialStatus
-from tuner.measure.plan import dither, plan_for
+from tuner.measure.plan import dither, plan_for, top_start
 from tuner.redact import mask_text
 from tuner.results.kept import Kept, KeptMeasurements
 from tuner.store.record import BASELINE_ATTR, feasible, is_baseline
@@ -92,8 +92,8 @@ def remeasure(executor: Executor, measuring: Measuring, candidates: Sequence[Can
     kept from an earlier run (`kept`) is not made again, and each new one is kept as it completes; a failed one is
     made again up to RETRIES times, each failure said at once with its reason. Measurements run side by side where
     the executor allows it (`executors.parallel`: simulated ones), with the same result. `independent`: capacity
-    searches start at the window's own rate, not at the candidate's search value (another executor measured that:
-    sim+real)."""
+    searches start below the window's fastest rate (`top_start`), not at the candidate's search value (another
+    executor measured that: sim+real)."""
     kept = kept or KeptMeasurements(None)
     labels = [c.label for c in candidates]
     result = Remeasured(window.key, {k: [] for k in labels}, {k: [] for k in labels}, {}, [], {k: [] for k in labels},
@@ -159,11 +159,15 @@ def _measure_retrying(executor: Executor, measuring: Measuring, c: Candidate, wi
 def measure_once(executor: Executor, measuring: Measuring, c: Candidate, window: ReplayWindow, round_: int,
                  steps: list, independent: bool) -> tuple[Kept | None, str]:
     """One fresh measurement, or None and why not. Capacity starts its bracket at the candidate's search capacity
-    (req/s), unless `independent`: then at the window's own rate, doubling."""
+    (req/s), unless `independent` (that capacity was simulated): then just below the fastest rate the window can
+    show, stepping down (`top_start`). Either start is dithered."""
     capacity = measuring.tuner.objective is ObjectiveName.capacity
-    start = c.search_value / window.rate_rps if capacity and c.search_value > 0 and not independent else None
-    if start is not None:
-        start *= dither(measuring, f"{c.label}/{window.key}/{round_}")
+    key = f"{c.label}/{window.key}/{round_}"
+    start = None
+    if capacity and independent:
+        start = top_start(measuring, window.requests[-1].arrival_s - window.requests[0].arrival_s, key)
+    elif capacity and c.search_value > 0:
+        start = c.search_value / window.rate_rps * dither(measuring, key)
     job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(measuring, start, repeats=1, checkpoint=False),
                    step_log=measuring.tuner.fidelity == "sim+real")  # sim+real re-measures for real: refit the profile
     outcome = executor.run(job, window.requests, lambda *_: None, lambda _: True, measuring.tuner.trial_timeout_s)
