@@ -5,9 +5,17 @@
 # outlasts a machine travels: every run leaves $OUT/$NAME-state.tar.gz, and a fresh machine given it back as
 # $STATE/$NAME-state.tar.gz (STATE defaults to .study, carried) resumes it there, the conclusion's kept
 # measurements included (experiments/gpu_study_state.sh). Issue 30's check (the search simulated, the
-# conclusion real) on a window of each trace:
+# conclusion real) on a window of each trace, e.g. Azure's (400 requests from 1,800 s, the last half of their
+# time held out, each window held for 30 s at least: with capacity_tol 0.1, 10% over capacity puts a server
+# 2 s behind within 20 s):
 #   bash experiments/gpu_capacity_study.sh trust-azure azure_llm_2023_code.csv 540 tuner.fidelity=sim+real \
-#     executor.profile=conf/profiles/h200-llama-3-8b.json replay.start_s=... replay.duration_s=... ...
+#     executor=sim executor.profile=conf/profiles/h200-llama-3-8b.json runtime.scheduler.max_model_len=8192 \
+#     replay.start_s=1800 replay.max_requests=400 validation.holdout_fraction=0.5 replay.min_window_s=30 \
+#     tuner.capacity_tol=0.1 tuner.edge_checks=1 tuner.finalists=1 validation.select_rounds=1 \
+#     validation.proof_rounds=2
+# Simulated first on the CPU, `python -m experiments.study_cost` put its conclusion at about 25 minutes of
+# replays (vLLM's defaults hold 1.3 req/s there: a passing replay of the search window takes 2.5 minutes), so it
+# resumes over two or three calls and may need a second machine.
 # A real measurement replays its window for at least replay.min_window_s a probe: a window of N requests whose
 # capacity is C req/s takes about N / C seconds a passing probe, 5 to 7 probes a measurement, and
 # finalists + 1 measurements a selection round and 2 a proof round (a conclusion of tuner.finalists=1,

@@ -33,6 +33,9 @@
 #       with its startup heap frozen (the default) and with --thawed-heap, azure-code and mixed on 128-token pages,
 #       each replay's collections in its JSON (`gc`) and the table's notes (about 8 minutes; with vLLM after them
 #       when ENGINES is left out; then `wait`)
+#   bash experiments/gpu_vs_vllm.sh profiles --open-repeats 3       # the simulator's profiles of this runtime,
+#       both shipped models (runtime.profile, PROFILE_S seconds each, default 270), then pagetune's mixed open loop
+#       on 128-token pages, heap frozen (about 13 minutes; .whlmini and .traces carried, no vLLM; then `wait`)
 #   bash experiments/gpu_vs_vllm.sh wait                            # the next call, within 30 s of the last
 #   bash experiments/gpu_vs_vllm.sh install                         # vLLM alone (for gpu_background.sh)
 #   bash experiments/gpu_vs_vllm.sh install-mini | old-tree         # the replay's imports; /tmp/oldtree (below)
@@ -91,7 +94,7 @@ azure="$bench --model qwen2-7b --workloads azure-code --open-repeats 2"
 p128="--tag pages128 --knobs '{\"block_size\": 128}'"
 k128='{"block_size": 128}' k128fa4='{"block_size": 128, "prefill_kernel": "fa4"}'  # pagetune's knobs, JSON
 export PYTHONPATH=/tmp/vsite:$PWD PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
-case "${1:?model, all, tails, fa4, heap, pages, azure-variants, wait, install, install-fa4, install-mini or old-tree}" in
+case "${1:?model, all, tails, fa4, heap, pages, profiles, azure-variants, wait, install, install-fa4, install-mini or old-tree}" in
   install) install ;;
   install-fa4) install_fa4 ;;
   install-mini) install_mini ;;
@@ -144,6 +147,14 @@ case "${1:?model, all, tails, fa4, heap, pages, azure-variants, wait, install, i
     jobs=("$both" "$both --thawed-heap --tag thawed")
     [ "$engines" = pagetune ] || jobs+=("$bench --out \$JOB/../bench --workloads azure-code,mixed --engines vllm $*")
     bash "$here/gpu_background.sh" start vs "${jobs[@]}" ;;
+  profiles)  # the simulator's profiles of this runtime (both shipped models, the full grid: 8-128-token pages),
+    # then pagetune's mixed open loop on 128-token pages with its heap frozen (the stalls' check), pagetune alone
+    shift; install_mini || exit 1
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -o 'H[0-9]\+' | head -1 | tr 'H' 'h')
+    bash "$here/gpu_background.sh" start vs \
+      "python3 -m runtime.profile model=llama-3-8b out=\$JOB/$gpu-llama-3-8b.json budget_s=${PROFILE_S:-270}" \
+      "python3 -m runtime.profile model=qwen2-7b out=\$JOB/$gpu-qwen2-7b.json budget_s=${PROFILE_S:-270}" \
+      "$bench --out \$JOB/../bench --workloads mixed --engines pagetune --knobs '$k128' $*" ;;
   wait) bash "$here/gpu_background.sh" wait vs ;;
   *)
     model=$1; workloads=${2:?workloads}; shift 2

@@ -126,6 +126,7 @@ def test_mistyped_value_fails_at_compose_naming_the_key(compose, override, messa
     ("replay.min_window_s=-1", "replay.min_window_s: must be >= 0 seconds and finite, got -1.0"),
     ("tuner.n_trials=0", "tuner.n_trials: must be >= 1, got 0"),
     ("tuner.capacity_tol=0", "tuner.capacity_tol: must be in [0.001, 1], got 0.0"),
+    ("tuner.edge_checks=-1", "tuner.edge_checks: must be >= 0, got -1"),
     ("validation.proof_rounds=1", "validation.proof_rounds: must be >= 2 (an interval needs two), got 1"),
 ])
 def test_bad_value_fails_at_load_naming_the_key(compose, traffic, override, message):

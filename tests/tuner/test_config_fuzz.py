@@ -205,6 +205,7 @@ APP_BAD: dict[str, st.SearchStrategy] = {
     "tuner.repeats": ints_below(1),
     "tuner.finalists": ints_below(1),
     "tuner.warmup_requests": ints_below(0),
+    "tuner.edge_checks": ints_below(0),
     "tuner.trial_timeout_s": numbers_outside(lambda x: x > 0),
     "tuner.timeout_s": optional_numbers_outside(lambda x: x > 0),
     "tuner.worker_threads": st.one_of(st.integers(max_value=0), not_int(nullable=True)),

@@ -91,6 +91,7 @@ class TunerConfig:
     resume: ResumeMode = ResumeMode.auto  # auto: refuse to resume a study of other traffic/settings | force
     objective: ObjectiveName = ObjectiveName.capacity  # capacity | goodput | pareto
     capacity_tol: float = 0.05  # capacity: bisect until the bracket is within this relative width
+    edge_checks: int = 2  # capacity: probes one, two, ... tolerances below the bisected edge; 0: none
     repeats: int = 3  # replays per deciding probe at most (majority); goodput/pareto: replays per trial
     finalists: int = 3  # best candidates re-measured with the baseline after the search
     warmup_requests: int = 32  # replayed at once and discarded before a trial measures; 0: no warm-up
@@ -104,7 +105,7 @@ class TunerConfig:
 
     def __post_init__(self) -> None:
         for name, low in (("n_trials", 1), ("n_startup_trials", 0), ("population_size", 2), ("repeats", 1),
-                          ("finalists", 1), ("warmup_requests", 0)):
+                          ("finalists", 1), ("warmup_requests", 0), ("edge_checks", 0)):
             value = getattr(self, name)
             check(value >= low, f"tuner.{name}", f"must be >= {low}, got {value}")
         check(self.study_name is None or bool(self.study_name), "tuner.study_name", "must not be empty")

@@ -11,7 +11,8 @@ attainment target allows.
 Capacity (the default objective): the highest rate scale whose probe passes, with no fail below it.
 
     scale   0 ... lower --------- upper ...           bracket: from start_scale, x first_step, then
-            pass   pass |  bisect  | fail   fail          squared each step, until one passes and one fails
+            pass   pass |  bisect  | fail   fail          squared each step (down: to x2 at most), until one
+                                                          passes and one fails
                         `--- <= 1 + tol ---'            bisect (geometric mean) to the tolerance
          check check                                    then probes one and two tolerances below the edge
 
@@ -67,6 +68,9 @@ ONE_AT_A_TIME = Fan(1, lambda task, count: [task(i) for i in range(count)])
 MAX_SCALE = 1e4  # x the window's rate: beyond this the window is one burst
 MIN_SCALE = 1e-3  # below this the SLO is not met by a lone request: capacity 0
 MIN_SPAN_S = 1e-3  # a window scaled shorter than this arrives at once: higher scales are the same replay
+# downwards a bracket's steps square up to this factor, then keep it: a passing replay takes the window's span over
+# the rate, so a pass far below the capacity is the slowest probe there is (x1/15 the rate: 15 times the replay)
+MAX_DOWN_STEP = 2.0
 SETTLE_ROUNDS = 3  # an edge with a fail below it is moved below that fail and checked again, at most this often
 HEADLINE = ("goodput_rps", "slo_attainment", "throughput_rps", "output_tok_s", "ttft_p50_s", "ttft_p99_s",
             "tpot_p50_s", "tpot_p99_s", "e2e_p99_s", "itl_p99_s", "kv_util_mean", "kv_util_peak",
@@ -149,8 +153,8 @@ def highest_scale(span_s: float, min_window_s: float) -> float:
 
 def _bracket(run: Run, first: Probe, step: float, max_scale: float,
              width: int = 1) -> tuple[Probe | None, Probe | None]:
-    """From `first`, steps that square each time, until one probe passes and one fails (or a bound is hit);
-    `width` steps at a time."""
+    """From `first`, steps that square each time (downwards, up to MAX_DOWN_STEP), until one probe passes and one
+    fails (or a bound is hit); `width` steps at a time."""
     lower, upper = (first, None) if first.passed else (None, first)
     while upper is None and lower.scale < max_scale:  # bracket upwards
         scales, scale = [], lower.scale
@@ -164,7 +168,7 @@ def _bracket(run: Run, first: Probe, step: float, max_scale: float,
         while len(scales) < width and scale > MIN_SCALE:
             scale = max(scale / step, MIN_SCALE)
             scales.append(scale)
-            step *= step
+            step = max(step, min(step * step, MAX_DOWN_STEP))
         lower, upper = _ends(run(scales), None, upper)
     return lower, upper
 

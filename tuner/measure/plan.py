@@ -33,7 +33,8 @@ def plan_for(measuring: Measuring, start_scale: float | None, *, repeats: int, c
     tuner = measuring.tuner
     first_step = 2.0 if start_scale is None else 1.0 + 4 * tuner.capacity_tol
     return MeasurePlan(tuner.objective, measuring.slo, repeats, start_scale or 1.0, first_step, tuner.capacity_tol,
-                       checkpoint and start_scale is not None, tuner.warmup_requests, measuring.min_window_s)
+                       checkpoint and start_scale is not None, tuner.warmup_requests, measuring.min_window_s,
+                       tuner.edge_checks)
 
 
 def dither(measuring: Measuring, key: str) -> float:

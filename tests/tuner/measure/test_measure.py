@@ -166,13 +166,50 @@ def test_side_by_side_probes_bracket_bisect_and_check_in_fewer_rounds():
     batches: list[list[float]] = []
     calls: list[float] = []
     measurement, _ = measure(threshold(0.297, calls), plan(start_scale=1.0, tol=0.05), 100.0, None, here(batches))
-    assert batches == [[0.5, 0.125],  # the bracket's next two steps down (x2, then x4)
-                       [0.1984, 0.315], [0.2315, 0.27], [0.2842, 0.2992],  # the bracket cut in three, then again
+    assert batches == [[0.5, 0.25],  # the bracket's next two steps down (x2, and x2 again: at most x2 down)
+                       [0.315, 0.3969], [0.27, 0.2916],  # the bracket cut in three, then again
                        [0.2777, 0.2645]]  # both edge checks at once
-    assert len(calls) == 12 and calls[0] == 1.0  # 7 rounds (10 probes one at a time, 10 rounds)
+    assert len(calls) == 10 and calls[0] == 1.0  # 5 rounds (9 probes one at a time, 9 rounds)
     lower, upper = measurement.values[0], measurement.metrics["capacity_upper_scale"]
     assert lower <= 0.297 < upper and upper / lower <= 1.05 and "inversions" not in measurement.metrics
     assert batches[-1] == [round(lower / 1.05, 4), round(lower / 1.05**2, 4)]
+
+
+def test_edge_checks_is_the_number_of_probes_below_the_edge():
+    path: list[float] = []
+    trusted, _ = measure(threshold(3.3, path), plan(start_scale=3.0, first_step=1.2, edge_checks=0), span_s=100.0)
+    for checks in (1, 3):
+        calls: list[float] = []
+        measurement, _ = measure(threshold(3.3, calls), plan(start_scale=3.0, first_step=1.2, edge_checks=checks),
+                                 span_s=100.0)
+        lower = measurement.values[0]
+        assert lower == trusted.values[0] and calls[:len(path)] == path  # the same path, then the checks
+        assert [round(c / lower, 6) for c in calls[len(path):]] == [round(1.05 ** -k, 6) for k in range(1, checks + 1)]
+
+
+def test_the_studys_edge_checks_reach_every_measurement_plan():
+    from tuner.config import Measuring, TunerConfig
+    from tuner.measure.plan import plan_for
+    measuring = Measuring(TunerConfig(edge_checks=1), SLO, 60.0)
+    assert plan_for(measuring, None, repeats=1, checkpoint=False).edge_checks == 1
+    assert plan_for(measuring, 2.0, repeats=3, checkpoint=True).edge_checks == 1
+
+
+def test_a_bracket_downwards_steps_at_most_x2_so_no_pass_lies_far_below_the_capacity():
+    # a passing replay takes the window's span over the rate: squared steps (x2, x4, x16) would first pass at
+    # x0.125 here, replaying the window 2.4 times slower than at the capacity
+    calls: list[float] = []
+    measurement, _ = measure(threshold(0.3, calls), plan(start_scale=1.0), span_s=100.0)
+    assert [round(c, 4) for c in calls[:3]] == [1.0, 0.5, 0.25]
+    assert min(calls) >= 0.3 / 2 and 0.3 / 1.05 <= measurement.values[0] <= 0.3
+    far: list[float] = []
+    measure(threshold(0.01, far), plan(start_scale=1.0), span_s=100.0)
+    assert [round(c, 4) for c in far[:8]] == [1.0, 0.5, 0.25, 0.125, 0.0625, 0.0312, 0.0156, 0.0078]
+    # a finer first step squares until it reaches x2
+    fine: list[float] = []
+    measure(threshold(0.5, fine), plan(start_scale=1.0, first_step=1.2), span_s=100.0)
+    steps = [round(a / b, 4) for a, b in itertools.pairwise(fine[:4])]
+    assert steps == [1.2, 1.44, 2.0]
 
 
 def test_a_batch_is_read_as_one_at_a_time_would_read_it():
