@@ -69,7 +69,8 @@ MAX_SCALE = 1e4  # x the window's rate: beyond this the window is one burst
 MIN_SCALE = 1e-3  # below this the SLO is not met by a lone request: capacity 0
 MIN_SPAN_S = 1e-3  # a window scaled shorter than this arrives at once: higher scales are the same replay
 # downwards a bracket's steps square up to this factor, then keep it: a passing replay takes the window's span over
-# the rate, so a pass far below the capacity is the slowest probe there is (x1/15 the rate: 15 times the replay)
+# the rate, so a pass far below the capacity is the slowest probe there is (at 1/15 of it, 15 times as long), and
+# a squared step (x4, x16, ...) lands that far below
 MAX_DOWN_STEP = 2.0
 SETTLE_ROUNDS = 3  # an edge with a fail below it is moved below that fail and checked again, at most this often
 HEADLINE = ("goodput_rps", "slo_attainment", "throughput_rps", "output_tok_s", "ttft_p50_s", "ttft_p99_s",
