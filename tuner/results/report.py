@@ -39,6 +39,7 @@ class ReportInputs:
     fidelity_lines: Sequence[str] = ()  # sim+real: simulated vs measured per candidate, the profile's refit
     simulated: bool = False  # the verdict's figures are simulated (executor=sim without sim+real)
     arrivals: str = ""  # requests arriving in groups at one instant, when they are many (traffic.ArrivalGroups)
+    window_shifts: Sequence[str] = ()  # configs whose value moved several-fold between the windows (results.shift)
     vllm_unexpressed: Sequence[str] = ()  # measured knobs vllm.yaml cannot hold, with what it holds instead
     deployment: str = ""  # the exported shape over several devices (TP degree x replicas); "" for one device
 
@@ -98,6 +99,7 @@ def headline_lines(inputs: ReportInputs) -> list[str]:
               f"- Windows: {inputs.windows}"]
     if inputs.arrivals:
         lines.append(f"- Arrivals: {inputs.arrivals}")
+    lines += [f"- **Windows differ**: {shift}" for shift in inputs.window_shifts]
     lines.append("- vllm.yaml was not measured on vLLM: it is the exported config as far as vLLM can express it"
                  + ("; not expressible (its header says what it holds instead): " + "; ".join(inputs.vllm_unexpressed)
                     if inputs.vllm_unexpressed else ""))

@@ -22,6 +22,7 @@ from tuner.results.conclude import Conclusion
 from tuner.results.export import ExportPaths, provenance
 from tuner.results.finalists import BASELINE
 from tuner.results.report import ReportInputs, headline_lines, verdict_text
+from tuner.results.shift import window_shift_notes
 from tuner.store.record import INTERRUPTED
 from tuner.study_run import StudyRun
 from tuner.traffic import ReplayWindow, TrafficLoad, max_model_len_candidates
@@ -101,6 +102,10 @@ def _notes(study: optuna.Study, c: Conclusion, traffic: TrafficLoad) -> list[str
     return notes
 
 
+def _arrivals(window: ReplayWindow | None) -> str:
+    return grouped_arrivals(window) if window is not None else ""
+
+
 def reproduce_command(overrides: Sequence[str], study_name: str) -> str:
     """The command that reruns this study: its overrides, with the study named (a rerun resumes it, and
     with its budget spent, measures the conclusion again)."""
@@ -123,9 +128,10 @@ def report_inputs(run: StudyRun, study: optuna.Study, c: Conclusion, plot_names:
         max_model_len_candidates=[(m.max_model_len, m.rejected_share)
                                   for m in max_model_len_candidates(traffic.logged_totals)],
         reproduce_command=reproduce_command(overrides, study.study_name),
-        tracking_uri=mask_url(run.tracking.uri), notes=_notes(study, c, traffic), plots=plot_names,
+        tracking_uri=mask_url(run.tracking.uri),
+        notes=_notes(study, c, traffic), plots=plot_names,
         figures=run.executors.figures, fidelity_lines=fidelity_lines, simulated=run.simulated,
-        arrivals=grouped_arrivals(windows[0]),
+        arrivals=grouped_arrivals(windows[0]), window_shifts=window_shift_notes(c, _arrivals(windows[1])),
         vllm_unexpressed=vllm_unexpressed, deployment=deployment_line(c.exported.config, run.devices))
 
 

@@ -177,3 +177,12 @@ def test_every_config_at_zero_gets_its_p99s_at_the_trace_rate_a_ranking_and_a_pr
     assert "| 1 | trial 3 | 2.757 | 0.0799 | 84.2% | 1.482 |" in lines
     assert "## Selection: fresh replays of the search window" not in report and "## Proof" not in report
     assert "every request is slower" not in report
+
+
+def test_a_window_shift_qualifies_the_verdict_in_the_headline():
+    c = conclusion([12.0, 14.0, 13.0], [10.0, 10.0, 10.0])
+    shift = ("baseline: 0.2877 req/s on the held-out window against 2.847 on the search window (x0.1): the two "
+             "windows are different loads for this config, so the verdict speaks of the held-out window's traffic")
+    lines = render_report(inputs(c, window_shifts=[shift])).splitlines()
+    at = lines.index("- Windows: search 96 requests at 4 req/s; held out 24 requests at 3.5 req/s (as replayed)")
+    assert lines[at + 1] == f"- **Windows differ**: {shift}"
