@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import optuna
 
-from tuner.results.kept import PREFIX
+from tuner.results.kept import KeptMeasurements
 
 
 def replay_s(passed: bool, scale_rps: float, requests: int, fail_share: float) -> float:
@@ -43,13 +43,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     study = optuna.load_study(study_name=args.study, storage=args.storage)
     sizes = {"search": args.search, "validation": args.held}
     total = 0.0
-    for key, record in sorted(study.user_attrs.items()):
-        if not key.startswith(PREFIX):
-            continue
-        window = key[len(PREFIX):].split("/")[0]
-        seconds = measurement_s(record["probes"], sizes[window], args.fail_share) + args.start_s
+    for key, record in KeptMeasurements(study).records():
+        seconds = measurement_s(record["probes"], sizes[key.split("/")[0]], args.fail_share) + args.start_s
         passes = sum(1 for _, passed, replays in record["probes"] if passed for _ in replays)
-        print(f"{key[len(PREFIX):]:<22} {record['value']:8.3f} req/s  {len(record['probes'])} probes "
+        print(f"{key:<22} {record['value']:8.3f} req/s  {len(record['probes'])} probes "
               f"({passes} passing replays)  ~{seconds:5.0f} s")
         total += seconds
     print(f"conclusion: ~{total:.0f} s ({total / 60:.1f} min) of replays and starts")

@@ -95,15 +95,11 @@ def _windows(app: AppConfig, traffic: TrafficLoad) -> tuple[ReplayWindow, Replay
     return search, held_out, rates
 
 
-def _span(window: ReplayWindow) -> float:
-    return window.requests[-1].arrival_s - window.requests[0].arrival_s
-
-
 def _reach(app: AppConfig, window: ReplayWindow) -> str:
     """What a window can show: the fastest rate at which it still spans replay.min_window_s."""
     name = "held-out" if window.key == "validation" else window.key
-    top = window.rate_rps * highest_scale(_span(window), app.replay.min_window_s)
-    return (f"{name} {len(window.requests)} requests over {_span(window):.4g} s ({window.rate_rps:.4g} req/s), "
+    top = window.rate_rps * highest_scale(window.span_s, app.replay.min_window_s)
+    return (f"{name} {len(window.requests)} requests over {window.span_s:.4g} s ({window.rate_rps:.4g} req/s), "
             f"capacities up to {top:.4g} req/s (held for replay.min_window_s={app.replay.min_window_s:g} s)")
 
 

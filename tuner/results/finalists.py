@@ -165,7 +165,7 @@ def measure_once(executor: Executor, measuring: Measuring, c: Candidate, window:
     key = f"{c.label}/{window.key}/{round_}"
     start = None
     if capacity and independent:
-        start = top_start(measuring, window.requests[-1].arrival_s - window.requests[0].arrival_s, key)
+        start = top_start(measuring, window.span_s, key)
     elif capacity and c.search_value > 0:
         start = c.search_value / window.rate_rps * dither(measuring, key)
     job = TrialJob(-1 - round_, c.config, None, window.key, plan_for(measuring, start, repeats=1, checkpoint=False),

@@ -65,3 +65,7 @@ class KeptMeasurements:
 
     def count(self) -> int:
         return sum(k.startswith(PREFIX) for k in self._attrs)
+
+    def records(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every kept measurement as stored, `window/trial/round` with its record, in key order."""
+        return [(k[len(PREFIX):], v) for k, v in sorted(self._attrs.items()) if k.startswith(PREFIX)]

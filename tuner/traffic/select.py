@@ -68,6 +68,11 @@ class ReplayWindow(NamedTuple):
     requests: tuple[TrafficRequest, ...]  # re-based to 0.0, replay.time_scale applied
     rate_rps: float  # its arrival rate as replayed: a trial's rate scale 1.0
 
+    @property
+    def span_s(self) -> float:
+        """First arrival to last, as replayed (0.0 for an empty window)."""
+        return self.requests[-1].arrival_s - self.requests[0].arrival_s if self.requests else 0.0
+
 
 class Windows(NamedTuple):
     search: tuple[TrafficRequest, ...]  # what the study tunes on
